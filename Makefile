@@ -1,0 +1,37 @@
+# The two commands a newcomer needs: `make run` and `make test`. Everything else is optional.
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+PYTHON ?= python3
+
+.PHONY: run test install worker demo bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# Third-party front-end code is installed from the npm registry (pinned by the lockfile), never committed.
+static/vendor/htmx.min.js: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p static/vendor
+	cp node_modules/htmx.org/dist/htmx.min.js static/vendor/htmx.min.js
+
+install: $(BIN)/.installed static/vendor/htmx.min.js
+
+# Serves on SQLite (instance/feather.db) with the background workers, in development mode
+# unless FEATHERREADER_ENV says otherwise.
+run: install
+	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app db upgrade
+	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} PORT=$(PORT) \
+		$(BIN)/gunicorn -k gevent -w 1 --bind 0.0.0.0:$(PORT) app:app
+
+worker: install
+	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app worker
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) node_modules static/vendor

@@ -1,0 +1,50 @@
+"""Feather: timelines, a consent-first network catalogue, and follow-graph sync for atproto.
+
+`create_app` wires configuration, the database, blueprints and error handlers. It starts
+nothing: no thread, no socket, no scheduler (see feather/workers.py for those).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from flask import Flask
+
+__version__ = "0.1.0"
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    from feather import db as dbmod, errors, pages, health, security
+    from feather.config import load_settings
+
+    settings = load_settings(overrides=config)
+    app = Flask(
+        __name__,
+        template_folder="../templates",
+        static_folder="../static",
+    )
+    app.config.update(
+        SECRET_KEY=settings.secret_key,
+        FEATHER=settings,
+        TESTING=settings.featherreader_env == "test",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.is_production,
+        WTF_CSRF_TIME_LIMIT=None,
+        MAX_CONTENT_LENGTH=1024 * 1024,
+    )
+    logging.basicConfig(
+        level=settings.featherreader_log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    dbmod.bind(settings.database_url)
+    dbmod.init_app(app)
+    security.init_app(app)
+    errors.init_app(app)
+    app.register_blueprint(pages.bp)
+    app.register_blueprint(health.bp)
+    from feather import features
+    features.register_blueprints(app)
+    from feather import cli
+    cli.init_app(app)
+    return app

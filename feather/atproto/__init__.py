@@ -1,0 +1,1 @@
+"""atproto protocol helpers: identifier syntax, identity resolution, XRPC."""

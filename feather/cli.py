@@ -1,0 +1,30 @@
+"""Flask commands: `db upgrade`, `worker`, and whatever the features add."""
+from __future__ import annotations
+
+import click
+from flask import current_app
+from flask.cli import AppGroup
+
+db_cli = AppGroup("db", help="Database commands.")
+
+
+@db_cli.command("upgrade")
+def db_upgrade():
+    """Apply pending migrations (idempotent)."""
+    from feather.runtime import migrate
+
+    applied = migrate(current_app)
+    click.echo(f"applied {len(applied)} migration(s)" + (f": {applied}" if applied else ""))
+
+
+@click.command("worker")
+def worker():
+    """Run the background workers (Jetstream consumers and scheduler) without a web server."""
+    from feather.runtime import run_worker_process
+
+    run_worker_process(current_app._get_current_object())
+
+
+def init_app(app) -> None:
+    app.cli.add_command(db_cli)
+    app.cli.add_command(worker)

@@ -1,0 +1,213 @@
+"""Settings from the environment: one table of every knob, validated once at start.
+
+Every setting a spec names keeps its exact name. The README's settings table is checked
+against SETTINGS by a test, so a knob cannot be added without being documented.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+# Values a production SECRET_KEY must never be: framework defaults and our own examples.
+KNOWN_WEAK_SECRETS = {"", "dev", "secret", "changeme", "change-me", "development", "test"}
+ENVIRONMENTS = ("production", "development", "test")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed; the message names the variable and what it accepts."""
+
+    def __init__(self, name: str, problem: str):
+        self.name = name
+        super().__init__(f"{name}: {problem}")
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(name, f"expected one of 1/0, true/false, yes/no, on/off; got {raw!r}")
+
+
+def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str, str], int]:
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(raw.strip().replace("_", ""))
+        except ValueError:
+            raise ConfigError(name, f"expected a whole number; got {raw!r}") from None
+        if minimum is not None and value < minimum:
+            raise ConfigError(name, f"expected a number >= {minimum}; got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(name, f"expected a number <= {maximum}; got {value}")
+        return value
+    return parse
+
+
+def _choice(*choices: str, upper: bool = False) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().upper() if upper else raw.strip().lower()
+        if value not in choices:
+            raise ConfigError(name, f"expected one of {', '.join(choices)}; got {raw!r}")
+        return value
+    return parse
+
+
+def _str(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _list(name: str, raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _database_url(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not value or value.startswith(("sqlite:///", "postgresql://", "postgres://")) or value == "sqlite://:memory:":
+        return value
+    raise ConfigError(
+        name,
+        "expected sqlite:///relative/path.db, sqlite:////absolute/path.db or "
+        f"postgresql://user:password@host/dbname; got {raw!r}",
+    )
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str, str], Any]
+    default: str
+    help: str
+
+
+HOUR_US = 3_600_000_000
+
+SETTINGS: tuple[Setting, ...] = (
+    # --- the ecosystem's own names
+    Setting("DATABASE_URL", _database_url, "",
+            "Database. Empty: the SQLite file `feather.db` in `FEATHERREADER_DATA_DIR`. "
+            "`sqlite:////abs/path.db` names another file; `postgresql://user:pw@host/db` selects PostgreSQL."),
+    Setting("PORT", _int(1, 65535), "8000", "HTTP port `make run` and the Procfile bind."),
+    Setting("SECRET_KEY", _str, "",
+            "Signs session cookies and CSRF tokens. Required in production (a known default is refused); "
+            "in development a random key is generated once and kept in the data directory."),
+    # --- app-level
+    Setting("FEATHERREADER_ENV", _choice(*ENVIRONMENTS), "production",
+            "`production`, `development` (`make run` sets it) or `test`. Development enables the "
+            "loopback-only dev tools and a generated SECRET_KEY."),
+    Setting("FEATHERREADER_DATA_DIR", _str, "instance",
+            "Folder for the default SQLite file, the worker lock and the generated dev secret."),
+    Setting("FEATHERREADER_LOG_LEVEL", _choice(*LOG_LEVELS, upper=True), "INFO", "Log level."),
+    Setting("FEATHERREADER_RUN_WORKERS", _bool, "1",
+            "Whether a web process also runs the background workers (Jetstream consumers and the "
+            "scheduler). Only one process ever runs them: the others serve web only."),
+    Setting("FEATHERREADER_DISABLE_SCHEDULER", _bool, "0",
+            "Kill switch for every background task: no consumer, no scheduled job, in any process."),
+    Setting("FEATHERREADER_ALLOW_PRIVATE_NETWORK", _bool, "0",
+            "Allow outbound fetches and Jetstream hosts on loopback/private addresses and plain http. "
+            "Development and tests only."),
+    Setting("FEATHERREADER_HTTP_TIMEOUT_SECS", _int(1, 300), "15", "Read timeout of outbound HTTP calls."),
+    Setting("FEATHERREADER_HTTP_MAX_BODY_BYTES", _int(1024), str(8 * 1024 * 1024),
+            "Largest response body an outbound fetch accepts."),
+    Setting("FEATHERREADER_JETSTREAM_HOSTS", _list, "jetstream.us-east.bsky.network",
+            "Jetstream endpoints tried in order. A bare host means `wss://HOST/subscribe`; "
+            "a full `ws://` or `wss://` URL is used as is."),
+    Setting("FEATHERREADER_DB_SIZE_WATERMARK_BYTES", _int(0), "0",
+            "When the database reaches this size, consumers stop writing and disconnect, re-checking "
+            "every 60 s. 0 disables the check."),
+    Setting("FEATHERREADER_EXTRA_FEATURES", _list, "",
+            "Comma-separated extra feature modules to load (plugins; the test suite uses it). "
+            "Each may define init_app, subscriptions and jobs like the built-in ones."),
+    # --- feeds (feather/feeds)
+    # --- identity and sign-in (feather/atproto, feather/auth)
+    # --- network catalogue (feather/network)
+    # --- graph sync (feather/sync)
+    Setting("SYNC_JETSTREAM_MAX_LOOKBACK_US", _int(1), str(24 * HOUR_US),
+            "Resume window for sync shards (µs). A saved cursor older than this is a gap the "
+            "feature back-fills instead of replaying."),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class Settings:
+    """Parsed settings; attribute names are the lower-cased variable names."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = dict(values)
+        for name, value in self._values.items():
+            setattr(self, name.lower(), value)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    @property
+    def is_production(self) -> bool:
+        return self.featherreader_env == "production"
+
+    @property
+    def is_development(self) -> bool:
+        return self.featherreader_env == "development"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        url = self.database_url
+        if url.startswith("postgres"):
+            return None
+        if url == "sqlite://:memory:":
+            return None
+        return Path(url[len("sqlite:///"):])
+
+
+def load_settings(env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Parse every setting from env (default os.environ); overrides win and are taken as typed values."""
+    env = os.environ if env is None else env
+    overrides = dict(overrides or {})
+    unknown = [k for k in overrides if k not in _BY_NAME]
+    if unknown:
+        raise ConfigError(unknown[0], "is not a Feather setting")
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.name in overrides:
+            raw = overrides[setting.name]
+            values[setting.name] = setting.parse(setting.name, raw) if isinstance(raw, str) else raw
+        else:
+            values[setting.name] = setting.parse(setting.name, env.get(setting.name, setting.default))
+    data_dir = Path(values["FEATHERREADER_DATA_DIR"]).absolute()
+    values["FEATHERREADER_DATA_DIR"] = str(data_dir)
+    if not values["DATABASE_URL"]:
+        values["DATABASE_URL"] = f"sqlite:///{data_dir / 'feather.db'}"
+    values["SECRET_KEY"] = _secret_key(values, data_dir)
+    return Settings(values)
+
+
+def _secret_key(values: dict[str, Any], data_dir: Path) -> str:
+    key = values["SECRET_KEY"]
+    env = values["FEATHERREADER_ENV"]
+    if env == "production":
+        if key.lower() in KNOWN_WEAK_SECRETS or len(key) < 16:
+            raise ConfigError(
+                "SECRET_KEY",
+                "production needs a random value of at least 16 characters "
+                "(e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`), "
+                "or set FEATHERREADER_ENV=development for a generated one",
+            )
+        return key
+    if key:
+        return key
+    if env == "test":
+        return secrets.token_hex(32)
+    # Development: generate once and keep it, so sessions survive a restart.
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "dev-secret-key"
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path.read_text().strip()

@@ -1,0 +1,116 @@
+"""The database: a peewee proxy bound at runtime, so importing a model touches nothing.
+
+SQLite (default): WAL, busy_timeout 5 s, foreign keys on. PostgreSQL via DATABASE_URL.
+A write transaction on SQLite never yields to another greenlet (sqlite3 calls are plain C
+calls), which is why two greenlets of one process can share the file without deadlocking
+inside SQLite's busy handler: keep network I/O out of transactions.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import peewee
+from playhouse.pool import PooledPostgresqlDatabase
+
+from feather.dialect import Dialect, dialect_for
+
+log = logging.getLogger(__name__)
+
+db = peewee.DatabaseProxy()
+
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "busy_timeout": 5000,
+    "foreign_keys": 1,
+    "synchronous": "normal",
+}
+
+
+class BaseModel(peewee.Model):
+    class Meta:
+        database = db
+        legacy_table_names = False
+
+
+def make_database(url: str) -> peewee.Database:
+    """Build (not connect) the database named by a DATABASE_URL."""
+    if url.startswith("sqlite://"):
+        if url == "sqlite://:memory:":
+            return peewee.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
+        path = Path(url[len("sqlite:///"):])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
+    parsed = urlparse(url)
+    _install_gevent_wait_callback()
+    return PooledPostgresqlDatabase(
+        parsed.path.lstrip("/"),
+        user=unquote(parsed.username) if parsed.username else None,
+        password=unquote(parsed.password) if parsed.password else None,
+        host=parsed.hostname or "127.0.0.1",
+        port=parsed.port or 5432,
+        max_connections=32,
+        stale_timeout=300,
+        timeout=10,
+        connect_timeout=5,
+    )
+
+
+def bind(url: str) -> peewee.Database:
+    """Point the global proxy at the database named by url and return it."""
+    database = make_database(url)
+    db.initialize(database)
+    return database
+
+
+def current_dialect() -> Dialect:
+    return dialect_for(db.obj)
+
+
+def _install_gevent_wait_callback() -> None:
+    """psycopg2 blocks the whole hub unless told to wait through gevent; do so when patched."""
+    try:
+        from gevent import monkey
+    except ImportError:  # pragma: no cover - gevent is a hard dependency
+        return
+    if not monkey.is_module_patched("socket"):
+        return
+    import psycopg2
+    from psycopg2 import extensions
+    from gevent.socket import wait_read, wait_write
+
+    def wait(conn, timeout=None):
+        while True:
+            state = conn.poll()
+            if state == extensions.POLL_OK:
+                return
+            if state == extensions.POLL_READ:
+                wait_read(conn.fileno(), timeout=timeout)
+            elif state == extensions.POLL_WRITE:
+                wait_write(conn.fileno(), timeout=timeout)
+            else:  # pragma: no cover - defensive
+                raise psycopg2.OperationalError(f"bad poll state: {state}")
+
+    extensions.set_wait_callback(wait)
+
+
+# /health opens its connection inside its own error handling, to report failure as 503.
+_MANAGES_OWN_CONNECTION = {"health.health"}
+
+
+def init_app(app) -> None:
+    """Open a connection per request and hand it back afterwards (as the peewee docs advise)."""
+
+    from flask import request
+
+    @app.before_request
+    def _connect():
+        if request.endpoint in _MANAGES_OWN_CONNECTION or request.endpoint == "static":
+            return
+        db.connect(reuse_if_open=True)
+
+    @app.teardown_request
+    def _close(exc):
+        if not db.is_closed():
+            db.close()

@@ -1,0 +1,86 @@
+"""The SQL that differs between SQLite and PostgreSQL, and nothing else.
+
+Both databases accept `INSERT … ON CONFLICT … DO NOTHING/UPDATE` and `excluded.col`, so
+upserts are written once; what remains here is DDL types, JSON extraction, scalar max,
+size probes and query-plan inspection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import peewee
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str  # "sqlite" | "postgresql"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.name == "sqlite"
+
+    def q(self, sql: str) -> str:
+        """Write SQL once with `?` placeholders; PostgreSQL's driver wants `%s` (and `%%`)."""
+        if self.is_sqlite:
+            return sql
+        return sql.replace("%", "%%").replace("?", "%s")
+
+    # --- DDL
+    @property
+    def id_pk(self) -> str:
+        return "INTEGER PRIMARY KEY AUTOINCREMENT" if self.is_sqlite else "BIGSERIAL PRIMARY KEY"
+
+    @property
+    def bigint(self) -> str:
+        return "INTEGER" if self.is_sqlite else "BIGINT"
+
+    @property
+    def boolean(self) -> str:
+        return "INTEGER" if self.is_sqlite else "BOOLEAN"
+
+    @property
+    def false(self) -> str:
+        return "0" if self.is_sqlite else "FALSE"
+
+    @property
+    def true(self) -> str:
+        return "1" if self.is_sqlite else "TRUE"
+
+    # --- expressions
+    def json_text(self, column: str, key: str) -> str:
+        """A top-level JSON member as text, usable in an expression index on both databases."""
+        if not key.replace("_", "").isalnum():
+            raise ValueError(f"unsafe JSON key: {key!r}")
+        if self.is_sqlite:
+            return f"json_extract({column}, '$.{key}')"
+        return f"(({column})::jsonb ->> '{key}')"
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"max({a}, {b})" if self.is_sqlite else f"GREATEST({a}, {b})"
+
+    # --- probes
+    def size_bytes_sql(self) -> str:
+        if self.is_sqlite:
+            return "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+        return "SELECT pg_database_size(current_database())"
+
+    def explain(self, database: peewee.Database, sql: str, params=()) -> list[str]:
+        """The query plan as lines of text, for tests that forbid bare table scans."""
+        if self.is_sqlite:
+            rows = database.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+            return [row[-1] for row in rows]
+        rows = database.execute_sql("EXPLAIN " + sql, params).fetchall()
+        return [row[0] for row in rows]
+
+    def has_full_scan(self, plan: list[str], table: str) -> bool:
+        if self.is_sqlite:
+            return any(line.startswith(f"SCAN {table}") and "USING" not in line for line in plan)
+        return any(f"Seq Scan on {table}" in line for line in plan)
+
+
+SQLITE = Dialect("sqlite")
+POSTGRESQL = Dialect("postgresql")
+
+
+def dialect_for(database: peewee.Database) -> Dialect:
+    return POSTGRESQL if isinstance(database, peewee.PostgresqlDatabase) else SQLITE

@@ -1,0 +1,85 @@
+"""GET /health: is this process able to serve a useful request?
+
+It reads one real table page (a bare `SELECT 1` touches no page and would miss a corrupt
+file) under a 2 s budget, and reports version, consumer heartbeats and the pause state.
+Only a measured database failure makes it 503. No network call, ever.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Blueprint, jsonify
+
+from feather import __version__
+from feather.db import current_dialect, db
+
+log = logging.getLogger(__name__)
+bp = Blueprint("health", __name__)
+
+BUDGET_SECS = 2.0
+
+
+class _Deadline:
+    """Bound a SQLite query in time: the progress handler aborts it past the deadline."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def __enter__(self):
+        deadline = time.monotonic() + self.seconds
+        if current_dialect().is_sqlite:
+            db.connection().set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+        else:
+            db.execute_sql(f"SET statement_timeout = {int(self.seconds * 1000)}")
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if current_dialect().is_sqlite:
+                db.connection().set_progress_handler(None, 1000)
+            else:
+                db.execute_sql("SET statement_timeout = 0")
+        except Exception:  # the failure itself is what we report; cleanup must not mask it
+            pass
+
+
+def probe() -> tuple[bool, dict]:
+    started = time.monotonic()
+    body: dict = {"version": __version__}
+    try:
+        db.connect(reuse_if_open=True)
+        with _Deadline(BUDGET_SECS):
+            row = db.execute_sql("SELECT max(version) FROM schema_version").fetchone()
+            consumers = db.execute_sql(
+                "SELECT name, time_us, last_applied_at, paused_reason FROM jetstream_cursor ORDER BY name"
+            ).fetchall() if _has_table("jetstream_cursor") else []
+    except Exception as exc:  # any failure to read is the database being unusable
+        log.warning("health: database probe failed: %s", exc)
+        body.update(status="error", database={"ok": False, "error": type(exc).__name__})
+        return False, body
+    body["database"] = {
+        "ok": True,
+        "schema_version": row[0],
+        "ms": round((time.monotonic() - started) * 1000, 1),
+    }
+    body["consumers"] = {
+        name: {"cursor_time_us": cursor, "last_applied_at": applied, "paused": reason}
+        for name, cursor, applied, reason in consumers
+    }
+    body["fetch_paused"] = any(reason for *_, reason in consumers)
+    body["status"] = "ok"
+    return True, body
+
+
+def _has_table(name: str) -> bool:
+    return name in db.get_tables()
+
+
+@bp.get("/health")
+def health():
+    ok, body = probe()
+    response = jsonify(body)
+    response.status_code = 200 if ok else 503
+    response.headers["Cache-Control"] = "no-store"
+    return response

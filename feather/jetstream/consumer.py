@@ -1,0 +1,271 @@
+"""One subscription's socket loop (reader) and batch writer, as two greenlets.
+
+reader: websocket → decode → bounded queue. A full queue drops the connection instead of
+        blocking the socket or growing memory; Jetstream replays from the cursor.
+writer: queue → batch (1 s or 500 events) → apply_batch in one transaction with the cursor.
+The in-memory cursor is the last *applied* event, so a reconnect never skips what is still
+in the queue, and replay overlap is harmless because every handler is idempotent.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import Counter
+
+import gevent
+import websocket
+from gevent.event import Event as Flag
+from gevent.queue import Empty, Full, Queue
+
+from feather.jetstream import hosts, store
+from feather.jetstream.events import DecodeError, decode
+from feather.jetstream.subscriptions import Subscription, validate_dids
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 1024
+BATCH_EVENTS = 500
+BATCH_SECS = 1.0
+CURSOR_SAVE_SECS = 1.0
+REPLAY_OVERLAP_US = 5_000_000
+BACKOFF_MIN, BACKOFF_MAX, JITTER = 1.0, 60.0, 0.25
+RECV_TIMEOUT_SECS = 75.0  # Jetstream pings every 30 s; silence this long means a dead socket
+
+
+def backoff_delay(attempt: int, rand=random.random) -> float:
+    """1 s, 2 s, 4 s … capped at 60 s, each ±25 %."""
+    base = min(BACKOFF_MAX, BACKOFF_MIN * (2 ** max(0, attempt)))
+    return base * (1 + JITTER * (2 * rand() - 1))
+
+
+class Stream:
+    def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool):
+        self.sub = sub
+        self.urls = urls
+        self.app = app
+        self.allow_private = allow_private
+        self.queue: Queue = Queue(maxsize=QUEUE_SIZE)
+        self.stats: Counter = Counter()
+        self.cursor: store.Cursor | None = None  # last applied, in memory
+        self.paused = Flag()  # set while the disk watermark holds us off
+        self.stopping = Flag()
+        self.ws: websocket.WebSocket | None = None
+        self.sent_dids: list[str] | None = None
+        self.connected = Flag()
+        self._greenlets: list[gevent.Greenlet] = []
+
+    # --- lifecycle
+    def start(self) -> None:
+        from feather.db import db
+
+        with db.connection_context():
+            self.cursor = store.load_cursor(self.sub.name)
+        self._greenlets = [gevent.spawn(self._read_loop), gevent.spawn(self._write_loop)]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping.set()
+        self._close_socket()
+        gevent.joinall(self._greenlets, timeout=timeout)
+        gevent.killall([g for g in self._greenlets if not g.dead], timeout=1)
+
+    # --- reader
+    def _connect_cursor(self) -> int | None:
+        if self.cursor is None or self.cursor.time_us <= 0:
+            return None
+        if self.cursor.seq:
+            return self.cursor.seq  # v2 hosts: resume by sequence, exact and inclusive
+        start = self.cursor.time_us - REPLAY_OVERLAP_US
+        lookback = self.sub.max_lookback_us
+        if lookback:
+            floor = int(time.time() * 1_000_000) - lookback
+            if self.cursor.time_us < floor:
+                self._report_gap(self.cursor.time_us)
+                start = floor
+        return start
+
+    def _report_gap(self, saved: int) -> None:
+        log.warning("jetstream %s: saved cursor %d is older than the %d µs window; events in the gap are "
+                    "not replayed", self.sub.name, saved, self.sub.max_lookback_us)
+        self.stats["gaps"] += 1
+        if self.sub.on_gap is not None:
+            try:
+                self.sub.on_gap(saved)
+            except Exception:
+                log.exception("jetstream %s: gap callback failed", self.sub.name)
+
+    def _membership(self) -> list[str] | None:
+        if self.sub.dids is None:
+            return None
+        return validate_dids(self.sub.name, list(self.sub.dids()))
+
+    def _read_loop(self) -> None:
+        attempt, host_index = 0, 0
+        while not self.stopping.is_set():
+            if self.paused.is_set():
+                self.stopping.wait(1.0)
+                continue
+            dids = self._membership()
+            if dids is not None and not dids:
+                # An empty wantedDids means *every* DID to Jetstream: never connect like that.
+                self.stopping.wait(1.0)
+                continue
+            url = hosts.with_params(self.urls[host_index], self.sub.collections, dids, self._connect_cursor())
+            try:
+                hosts.vet(url, self.allow_private)
+                self.ws = websocket.create_connection(url, timeout=RECV_TIMEOUT_SECS, enable_multithread=True)
+            except Exception as exc:
+                self.stats["connect_failures"] += 1
+                delay = backoff_delay(attempt)
+                log.warning("jetstream %s: connect to %s failed (%s); retry in %.1fs",
+                            self.sub.name, self.urls[host_index], exc, delay)
+                attempt += 1
+                host_index = (host_index + 1) % len(self.urls)
+                self.stopping.wait(delay)
+                continue
+            attempt = 0
+            self.sent_dids = dids
+            self.stats["connects"] += 1
+            self.connected.set()
+            reason = self._receive(self.ws)
+            self.connected.clear()
+            self._close_socket()
+            if self.stopping.is_set():
+                break
+            self.stats["disconnects"] += 1
+            delay = backoff_delay(attempt)
+            log.warning("jetstream %s: disconnected (%s); reconnecting in %.1fs", self.sub.name, reason, delay)
+            attempt += 1
+            self.stopping.wait(delay)
+
+    def _receive(self, ws: websocket.WebSocket) -> str:
+        while not self.stopping.is_set() and not self.paused.is_set():
+            try:
+                frame = ws.recv()
+            except websocket.WebSocketTimeoutException:
+                return "no frame or ping within the receive timeout"
+            except Exception as exc:  # closed, reset, 1006: all mean reconnect
+                return f"{type(exc).__name__}: {exc}"
+            if not frame:
+                return "connection closed"
+            try:
+                event = decode(frame)
+            except DecodeError as exc:
+                self.stats["malformed"] += 1
+                log.warning("jetstream %s: skipped a malformed frame (%s); %d so far",
+                            self.sub.name, exc, self.stats["malformed"])
+                continue
+            if event is None:
+                self.stats["ignored"] += 1
+                continue
+            try:
+                self.queue.put_nowait(event)
+            except Full:
+                self.stats["queue_full"] += 1
+                log.warning("jetstream %s: queue full (%d events); dropping the connection to let "
+                            "Jetstream replay (%d times so far)", self.sub.name, QUEUE_SIZE,
+                            self.stats["queue_full"])
+                return "queue full"
+            self.stats["received"] += 1
+        return "stopping" if self.stopping.is_set() else "paused"
+
+    def _close_socket(self) -> None:
+        ws, self.ws = self.ws, None
+        if ws is not None:
+            try:
+                ws.close(timeout=1)
+            except Exception:
+                pass
+
+    def update_membership(self) -> bool:
+        """Send options_update when the DID set changed; the socket and its cursor stay as they are."""
+        if self.sub.dids is None or not self.connected.is_set() or self.ws is None:
+            return False
+        dids = self._membership()
+        if dids == self.sent_dids:
+            return False
+        if not dids:
+            self._close_socket()  # nobody left: never widen to "all DIDs"
+            return True
+        message = {"type": "options_update",
+                   "payload": {"wantedCollections": self.sub.collections, "wantedDids": dids}}
+        try:
+            self.ws.send(json.dumps(message))
+        except Exception as exc:
+            log.warning("jetstream %s: options_update failed (%s); reconnecting", self.sub.name, exc)
+            self._close_socket()
+            return False
+        self.sent_dids = dids
+        self.stats["options_updates"] += 1
+        return True
+
+    # --- writer
+    def _write_loop(self) -> None:
+        from feather.db import db
+
+        last_save = 0.0
+        while True:
+            batch = self._next_batch()
+            if batch:
+                now = time.monotonic()
+                last = batch[-1]
+                newest = store.Cursor(max(e.time_us for e in batch), last.seq)
+                save = now - last_save >= CURSOR_SAVE_SECS or self.stopping.is_set()
+                try:
+                    with self.app.app_context(), db.connection_context():
+                        store.apply_batch(self.sub, batch, newest if save else None)
+                except Exception:
+                    # Nothing was committed; reconnect from the last applied cursor and replay.
+                    self.stats["batch_failures"] += 1
+                    log.exception("jetstream %s: applying a batch of %d failed; replaying", self.sub.name, len(batch))
+                    self._drain_queue()
+                    self._close_socket()
+                    self.stopping.wait(1.0)
+                    continue
+                if save:
+                    last_save = now
+                self.cursor = newest if self.cursor is None else store.Cursor(
+                    max(self.cursor.time_us, newest.time_us), newest.seq or self.cursor.seq)
+                self.stats["applied"] += len(batch)
+            elif self.stopping.is_set():
+                self._flush_cursor()
+                return
+
+    def _flush_cursor(self) -> None:
+        """On a clean stop, make sure the last applied cursor is on disk."""
+        from feather.db import db
+
+        if self.cursor is None:
+            return
+        try:
+            with self.app.app_context(), db.connection_context(), db.atomic():
+                store.save_cursor(self.sub.name, self.cursor)
+        except Exception:
+            log.exception("jetstream %s: could not save the cursor at shutdown", self.sub.name)
+
+    def _next_batch(self) -> list:
+        batch: list = []
+        deadline = None
+        while len(batch) < BATCH_EVENTS:
+            timeout = 0.2 if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                batch.append(self.queue.get(timeout=timeout))
+            except Empty:
+                if deadline is None:
+                    if self.stopping.is_set():
+                        return batch
+                    continue
+                break
+            if deadline is None:
+                deadline = time.monotonic() + BATCH_SECS
+            if self.stopping.is_set() and self.queue.empty():
+                break
+        return batch
+
+    def _drain_queue(self) -> None:
+        while True:
+            try:
+                self.queue.get_nowait()
+            except Empty:
+                return

@@ -1,0 +1,120 @@
+"""The ingest engine: one Stream per subscription, plus membership and disk-watermark watch.
+
+Features register subscriptions (feather/features.py); the engine merges same-named ones,
+refuses what Jetstream would refuse before connecting, and owns the greenlets.
+"""
+from __future__ import annotations
+
+import logging
+
+import gevent
+from gevent.event import Event as Flag
+
+from feather.jetstream import hosts, store
+from feather.jetstream.consumer import Stream
+from feather.jetstream.subscriptions import Subscription, merge
+
+log = logging.getLogger(__name__)
+
+WATERMARK_CHECK_SECS = 60.0
+MEMBERSHIP_POLL_SECS = 2.0
+
+
+class Engine:
+    def __init__(self, app, subscriptions: list[Subscription]):
+        self.app = app
+        settings = app.config["FEATHER"]
+        self.settings = settings
+        self.subscriptions = merge(subscriptions)
+        self.urls = [hosts.subscribe_url(h) for h in settings.featherreader_jetstream_hosts]
+        self.streams: dict[str, Stream] = {}
+        self.stopping = Flag()
+        self.watermark_paused = False
+        self._greenlets: list[gevent.Greenlet] = []
+
+    def start(self) -> None:
+        if not self.subscriptions:
+            log.info("jetstream: no feature subscribed; no connection opened")
+            return
+        if not self.urls:
+            raise hosts.HostRefused("FEATHERREADER_JETSTREAM_HOSTS is empty")
+        for url in self.urls:  # refuse at start, not in a reconnect loop
+            hosts.vet(url, self.settings.featherreader_allow_private_network)
+        for sub in self.subscriptions:
+            stream = Stream(sub, self.urls, app=self.app,
+                            allow_private=self.settings.featherreader_allow_private_network)
+            self.streams[sub.name] = stream
+        self.check_watermark()
+        for stream in self.streams.values():
+            stream.start()
+        self._greenlets = [gevent.spawn(self._watch_watermark), gevent.spawn(self._watch_membership)]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping.set()
+        for stream in self.streams.values():
+            stream.stop(timeout=timeout)
+        gevent.killall(self._greenlets, timeout=1)
+
+    def jobs(self) -> list:
+        return []
+
+    def refresh_membership(self, name: str | None = None) -> None:
+        """Nudge streams to re-read their DID sets now (in-process callers)."""
+        for stream in self.streams.values():
+            if name is None or stream.sub.name == name:
+                stream.update_membership()
+
+    # --- watchers
+    def _watch_membership(self) -> None:
+        while not self.stopping.wait(MEMBERSHIP_POLL_SECS):
+            for stream in self.streams.values():
+                if stream.sub.dids is None:
+                    continue
+                try:
+                    with self.app.app_context(), _connection():
+                        stream.update_membership()
+                except Exception:
+                    log.exception("jetstream %s: membership refresh failed", stream.sub.name)
+
+    def _watch_watermark(self) -> None:
+        while not self.stopping.wait(WATERMARK_CHECK_SECS):
+            try:
+                self.check_watermark()
+            except Exception:
+                log.exception("jetstream: watermark check failed")
+
+    def check_watermark(self) -> bool:
+        """Pause every stream at or above the watermark; resume when back under. True if paused."""
+        limit = self.settings.featherreader_db_size_watermark_bytes
+        if not limit:
+            return False
+        with self.app.app_context(), _connection():
+            size = store.db_size_bytes()
+            over = size >= limit
+            if over and not self.watermark_paused:
+                log.warning("jetstream: database is %d bytes, at or above the %d-byte watermark; "
+                            "consumers stop writing and disconnect until it is back under", size, limit)
+                self._set_paused(f"database size {size} >= watermark {limit}")
+            elif not over and self.watermark_paused:
+                log.info("jetstream: database is %d bytes, under the watermark again; resuming", size)
+                self._set_paused(None)
+        return self.watermark_paused
+
+    def _set_paused(self, reason: str | None) -> None:
+        self.watermark_paused = reason is not None
+        for stream in self.streams.values():
+            if reason:
+                stream.paused.set()
+                stream._close_socket()
+            else:
+                stream.paused.clear()
+            try:
+                store.set_paused(stream.sub.name, reason)
+            except Exception:  # a full disk may refuse even this; the pause holds regardless
+                log.warning("jetstream %s: could not record the pause state", stream.sub.name)
+
+
+def _connection():
+    from feather.db import db
+
+    return db.connection_context()

@@ -1,0 +1,71 @@
+"""The batch transaction: every handler's writes and the cursor that covers them, together."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from feather.db import current_dialect, db
+from feather.jetstream.events import Event
+from feather.jetstream.subscriptions import Subscription
+
+
+@dataclass(frozen=True)
+class Cursor:
+    time_us: int
+    seq: int | None = None
+
+
+def load_cursor(name: str) -> Cursor | None:
+    d = current_dialect()
+    row = db.execute_sql(d.q("SELECT time_us, seq FROM jetstream_cursor WHERE name = ?"), (name,)).fetchone()
+    return Cursor(row[0], row[1]) if row else None
+
+
+def save_cursor(name: str, cursor: Cursor) -> None:
+    """Upsert that only ever moves forward, whatever order saves arrive in."""
+    d = current_dialect()
+    now = int(time.time())
+    db.execute_sql(
+        d.q(
+            "INSERT INTO jetstream_cursor (name, time_us, seq, last_applied_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (name) DO UPDATE SET"
+            f" time_us = {d.greatest('jetstream_cursor.time_us', 'excluded.time_us')},"
+            " seq = CASE WHEN excluded.seq IS NULL THEN jetstream_cursor.seq"
+            f" ELSE {d.greatest('COALESCE(jetstream_cursor.seq, 0)', 'excluded.seq')} END,"
+            " last_applied_at = excluded.last_applied_at, updated_at = excluded.updated_at"
+        ),
+        (name, cursor.time_us, cursor.seq, now, now),
+    )
+
+
+def set_paused(name: str, reason: str | None) -> None:
+    d = current_dialect()
+    now = int(time.time())
+    db.execute_sql(
+        d.q(
+            "INSERT INTO jetstream_cursor (name, time_us, paused_reason, updated_at) VALUES (?, 0, ?, ?)"
+            " ON CONFLICT (name) DO UPDATE SET paused_reason = excluded.paused_reason, updated_at = excluded.updated_at"
+        ),
+        (name, reason, now),
+    )
+
+
+def dispatch(sub: Subscription, events: list[Event]) -> None:
+    """Hand each handler the events it wants. Callers own the transaction."""
+    for handler in sub.handlers:
+        wanted = [event for event in events if handler.wants(event)]
+        if wanted:
+            handler.apply_batch(wanted)
+
+
+def apply_batch(sub: Subscription, events: list[Event], cursor: Cursor | None) -> None:
+    """One transaction: all handlers' writes for these events, plus the cursor if given."""
+    with db.atomic():
+        dispatch(sub, events)
+        if cursor is not None:
+            save_cursor(sub.name, cursor)
+
+
+def db_size_bytes() -> int:
+    return int(db.execute_sql(current_dialect().size_bytes_sql()).fetchone()[0])

@@ -1,0 +1,49 @@
+"""What a process does when it starts: migrate, then run the workers if it is allowed to."""
+from __future__ import annotations
+
+import logging
+import signal
+
+from feather import db as dbmod
+from feather.migrate import upgrade
+from feather.workers import Workers
+
+log = logging.getLogger(__name__)
+
+STANDBY_RETRY_SECS = 5.0
+
+
+def migrate(app) -> list[int]:
+    return upgrade(dbmod.db.obj)
+
+
+def start_web_process(app) -> Workers:
+    migrate(app)
+    workers = Workers(app)
+    if app.config["FEATHER"].featherreader_run_workers:
+        workers.start()
+    else:
+        log.info("FEATHERREADER_RUN_WORKERS=0: this web process runs no background workers")
+    return workers
+
+
+def run_worker_process(app) -> None:
+    """`flask worker`: the workers without a web server, until SIGTERM or SIGINT."""
+    import gevent
+    from gevent.event import Event
+
+    migrate(app)
+    stop = Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, stop.set)
+    workers = Workers(app)
+    if app.config["FEATHER"].featherreader_disable_scheduler:
+        log.info("FEATHERREADER_DISABLE_SCHEDULER is set: the worker process has nothing to do")
+        return
+    # A standby worker keeps trying the lock, so it takes over when the active one dies.
+    while not workers.start():
+        if stop.wait(STANDBY_RETRY_SECS):
+            return
+    stop.wait()
+    log.info("signal received: stopping workers")
+    workers.stop()

@@ -1,0 +1,54 @@
+"""Scheduled jobs on APScheduler's GeventScheduler: jobs run as greenlets, log errors, never die."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    func: Callable[[], Any]
+    seconds: float  # interval between runs
+    jitter: float | None = None  # seconds of random jitter APScheduler adds to each run
+    first_run_delay: float = 0.0
+    kwargs: dict = field(default_factory=dict)
+
+
+def guarded(app, job: Job) -> Callable[[], None]:
+    """Run a job inside an app context and a connection of its own; log and swallow failures."""
+    from feather.db import db
+
+    def run() -> None:
+        try:
+            with app.app_context(), db.connection_context():
+                job.func(**job.kwargs)
+        except Exception:
+            log.exception("scheduled job %s failed; it will run again at its next time", job.id)
+
+    return run
+
+
+def build_scheduler(app, jobs: list[Job]):
+    from datetime import datetime, timedelta, timezone
+
+    from apscheduler.schedulers.gevent import GeventScheduler
+
+    scheduler = GeventScheduler(timezone=timezone.utc)
+    now = datetime.now(timezone.utc)
+    for job in jobs:
+        scheduler.add_job(
+            guarded(app, job),
+            "interval",
+            id=job.id,
+            seconds=job.seconds,
+            jitter=job.jitter,
+            next_run_time=now + timedelta(seconds=job.first_run_delay),
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
+    return scheduler

@@ -1,0 +1,89 @@
+from gevent import monkey
+
+monkey.patch_all()  # the app runs patched in production; tests run the same way
+
+import os  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("DATABASE_URL", "") if os.environ.get("DATABASE_URL", "").startswith("postgres") else ""
+
+
+def pytest_report_header(config):
+    return f"feather database: {'PostgreSQL ' + PG_URL.rsplit('@', 1)[-1] if PG_URL else 'SQLite'}"
+
+
+def _pg_admin(sql: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(PG_URL)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def database_url(tmp_path):
+    """A fresh, empty database per test: a SQLite file, or a new PostgreSQL database."""
+    if not PG_URL:
+        yield f"sqlite:///{tmp_path / 'feather.db'}"
+        return
+    name = f"feather_t_{uuid.uuid4().hex[:12]}"
+    _pg_admin(f"CREATE DATABASE {name}")
+    base = PG_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    from feather.db import db
+
+    if db.obj is not None and hasattr(db.obj, "close_all"):
+        db.obj.close_all()
+    _pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def make_app(database_url, tmp_path):
+    """Build an app on the test database with extra settings; migrations applied unless told not to."""
+    from feather import create_app
+    from feather.db import db
+    from feather.migrate import upgrade
+
+    def make(migrate: bool = True, **settings):
+        config = {
+            "DATABASE_URL": database_url,
+            "FEATHERREADER_ENV": "test",
+            "FEATHERREADER_DATA_DIR": str(tmp_path / "data"),
+            "FEATHERREADER_ALLOW_PRIVATE_NETWORK": True,
+        }
+        config.update(settings)
+        app = create_app(config)
+        if migrate:
+            upgrade(db.obj)
+        return app
+
+    yield make
+    if db.obj is not None:
+        if hasattr(db.obj, "close_all"):
+            db.obj.close_all()
+        elif not db.obj.is_closed():
+            db.obj.close()
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def fixture_frames():
+    """The real Jetstream frames in tests/fixtures, one string per line."""
+    return (REPO / "tests" / "fixtures" / "jetstream-events.jsonl").read_text().splitlines()

@@ -1,0 +1,51 @@
+"""Migrations: numbered, forward-only, idempotent, safe when two processes start at once."""
+import subprocess
+import sys
+
+from feather.db import db
+from feather.migrate import applied_versions, discover, upgrade
+from tests.conftest import REPO
+
+
+def test_migrations_apply_from_empty_in_order(make_app):
+    make_app(migrate=False)
+    expected = [m.version for m in discover()]
+    assert upgrade(db.obj) == expected
+    with db.connection_context():
+        assert applied_versions(db.obj) == set(expected)
+        assert "jetstream_cursor" in db.get_tables()
+
+
+def test_second_upgrade_applies_nothing(make_app):
+    make_app(migrate=False)
+    upgrade(db.obj)
+    assert upgrade(db.obj) == []
+
+
+def test_migration_numbers_are_unique_and_sorted():
+    versions = [m.version for m in discover()]
+    assert versions == sorted(set(versions))
+
+
+def test_two_processes_migrating_at_once_apply_each_file_once(database_url, tmp_path):
+    script = (
+        "import sys; from feather.db import bind; from feather.migrate import upgrade;"
+        "d = bind(sys.argv[1]); print(len(upgrade(d)))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, database_url], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    counts = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        counts.append(int(out.strip()))
+    assert sum(counts) == len(discover())
+
+
+def test_flask_db_upgrade_command(make_app):
+    app = make_app(migrate=False)
+    result = app.test_cli_runner().invoke(args=["db", "upgrade"])
+    assert result.exit_code == 0
+    assert result.output.startswith(f"applied {len(discover())} migration(s)")
+    again = app.test_cli_runner().invoke(args=["db", "upgrade"])
+    assert again.output.strip() == "applied 0 migration(s)"
