@@ -8,6 +8,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+pytest_plugins = ["tests.support.pds", "tests.support.firehose_bridge"]
+
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("DATABASE_URL", "") if os.environ.get("DATABASE_URL", "").startswith("postgres") else ""
 

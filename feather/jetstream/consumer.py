@@ -53,6 +53,12 @@ class Stream:
         self.stopping = Flag()
         self.ws: websocket.WebSocket | None = None
         self.sent_dids: list[str] | None = None
+        # Newest event handed to the writer, and from which host. Replay after a reconnect to the
+        # same host re-sends what we already queued; skipping it is what lets a slow writer make
+        # progress when the 5 s overlap alone holds more events than the queue.
+        self.high_water: tuple[int, int, int | None] | None = None
+        self.host_index = 0
+        self.generation = 0  # bumped by the writer when it throws away queued events
         self.connected = Flag()
         self._greenlets: list[gevent.Greenlet] = []
 
@@ -114,7 +120,10 @@ class Stream:
             url = hosts.with_params(self.urls[host_index], self.sub.collections, dids, self._connect_cursor())
             try:
                 hosts.vet(url, self.allow_private)
-                self.ws = websocket.create_connection(url, timeout=RECV_TIMEOUT_SECS, enable_multithread=True)
+                # UTF-8 is checked by decode(), per frame: websocket-client's pure-Python check costs
+                # 3x the receive time, and its failure would look like a dead socket (replay loop).
+                self.ws = websocket.create_connection(url, timeout=RECV_TIMEOUT_SECS, enable_multithread=True,
+                                                      skip_utf8_validation=True)
             except Exception as exc:
                 self.stats["connect_failures"] += 1
                 delay = backoff_delay(attempt)
@@ -125,6 +134,9 @@ class Stream:
                 self.stopping.wait(delay)
                 continue
             attempt = 0
+            if self.high_water is not None and self.high_water[0] != host_index:
+                self.high_water = None  # another instance numbers time differently: rely on idempotency
+            self.host_index = host_index
             self.sent_dids = dids
             self.stats["connects"] += 1
             self.connected.set()
@@ -140,15 +152,19 @@ class Stream:
             self.stopping.wait(delay)
 
     def _receive(self, ws: websocket.WebSocket) -> str:
+        generation = self.generation
         while not self.stopping.is_set() and not self.paused.is_set():
             try:
-                frame = ws.recv()
+                opcode, frame = ws.recv_data()  # bytes: decoding is the pure step's job
             except websocket.WebSocketTimeoutException:
                 return "no frame or ping within the receive timeout"
             except Exception as exc:  # closed, reset, 1006: all mean reconnect
                 return f"{type(exc).__name__}: {exc}"
-            if not frame:
-                return "connection closed"
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                return "server closed the connection"
+            if opcode != websocket.ABNF.OPCODE_TEXT:
+                self.stats["ignored"] += 1  # we never ask for compression, so binary is noise
+                continue
             try:
                 event = decode(frame)
             except DecodeError as exc:
@@ -159,6 +175,12 @@ class Stream:
             if event is None:
                 self.stats["ignored"] += 1
                 continue
+            if generation != self.generation:
+                self.high_water = None
+                return "a batch failed; replaying from the last applied cursor"
+            if self._already_queued(event):
+                self.stats["replay_skipped"] += 1
+                continue
             try:
                 self.queue.put_nowait(event)
             except Full:
@@ -167,8 +189,17 @@ class Stream:
                             "Jetstream replay (%d times so far)", self.sub.name, QUEUE_SIZE,
                             self.stats["queue_full"])
                 return "queue full"
+            self.high_water = (self.host_index, event.time_us, event.seq)
             self.stats["received"] += 1
         return "stopping" if self.stopping.is_set() else "paused"
+
+    def _already_queued(self, event) -> bool:
+        hw = self.high_water
+        if hw is None:
+            return False
+        if event.seq is not None and hw[2] is not None:
+            return event.seq <= hw[2]  # v2: time_us is not unique, the sequence is
+        return event.seq is None and event.time_us <= hw[1]
 
     def _close_socket(self) -> None:
         ws, self.ws = self.ws, None
@@ -219,7 +250,9 @@ class Stream:
                     # Nothing was committed; reconnect from the last applied cursor and replay.
                     self.stats["batch_failures"] += 1
                     log.exception("jetstream %s: applying a batch of %d failed; replaying", self.sub.name, len(batch))
+                    self.generation += 1  # before anything yields: the reader must not queue more
                     self._drain_queue()
+                    self.high_water = None  # what was queued is gone: take the replay in full
                     self._close_socket()
                     self.stopping.wait(1.0)
                     continue

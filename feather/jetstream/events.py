@@ -66,7 +66,7 @@ def decode(frame: str | bytes) -> Event | None:
         raise DecodeError(f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
     try:
         data = json.loads(frame)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise DecodeError(f"not JSON: {exc.__class__.__name__}") from None
     if not isinstance(data, dict):
         raise DecodeError("frame is not a JSON object")

@@ -1,9 +1,7 @@
 """Jetstream endpoints: host strings → websocket URLs, vetted before anything connects."""
 from __future__ import annotations
 
-import ipaddress
-import socket
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 
 class HostRefused(ValueError):
@@ -29,29 +27,19 @@ def with_params(url: str, collections: list[str], dids: list[str] | None, cursor
     return url + (joiner + urlencode(params) if params else "")
 
 
-def _is_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+def vet(url: str, allow_private: bool) -> None:
+    """Refuse plain ws:// and non-public addresses unless private networks are allowed.
 
+    The same rules as every outbound fetch (feather.net); a name that does not resolve right
+    now is left to the consumer's backoff, which vets again on every connect.
+    """
+    from feather.net import BlockedDestination, FetchFailed
+    from feather.net.policy import assert_public_target
 
-def vet(url: str, allow_private: bool, resolve=socket.getaddrinfo) -> None:
-    """Refuse plain ws:// and non-public addresses unless private networks are allowed."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise HostRefused(f"Jetstream URL {url!r} is not a ws:// or wss:// URL")
-    if allow_private:
-        return
-    if parts.scheme != "wss":
-        raise HostRefused(f"Jetstream URL {url!r}: plain ws:// needs FEATHERREADER_ALLOW_PRIVATE_NETWORK=1")
     try:
-        infos = resolve(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return  # unresolvable now: the consumer's backoff will keep trying, and vet again
-    for info in infos:
-        address = info[4][0]
-        if not _is_public(address):
-            raise HostRefused(
-                f"Jetstream host {parts.hostname} resolves to non-public address {address}; "
-                "set FEATHERREADER_ALLOW_PRIVATE_NETWORK=1 for development")
+        assert_public_target(url, allow_private_network=allow_private)
+    except FetchFailed:
+        return
+    except BlockedDestination as exc:
+        hint = "" if allow_private else " (FEATHERREADER_ALLOW_PRIVATE_NETWORK=1 allows it in development)"
+        raise HostRefused(f"Jetstream host refused: {exc}{hint}") from None

@@ -1,0 +1,88 @@
+"""A tiny test feature: mirrors every record it is sent, so tests can compare the database
+with the state computed straight from the event log. Loaded through
+FEATHERREADER_EXTRA_FEATURES=tests.support.mirror_feature (in-process or in a worker).
+
+MIRROR_DIDS_FILE (env): when set, the subscription is DID-filtered to the DIDs listed in that
+file, one a line, re-read on every membership poll; otherwise it takes every DID.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from feather.db import current_dialect, db
+from feather.jetstream.subscriptions import Handler, Subscription
+
+COLLECTIONS = ["app.bsky.feed.post", "app.bsky.graph.follow", "app.bsky.feed.like"]
+_ready = False
+# Test knob: seconds the handler sleeps per batch (a slow writer, to fill the queue).
+SLOW_WRITER_SECS = 0.0
+gaps: list[int] = []
+
+
+def _ensure_tables() -> None:
+    global _ready
+    if _ready:
+        return
+    db.execute_sql("CREATE TABLE IF NOT EXISTS test_mirror (uri TEXT PRIMARY KEY, cid TEXT NOT NULL)")
+    db.execute_sql("CREATE TABLE IF NOT EXISTS test_identity (did TEXT PRIMARY KEY, handle TEXT, active TEXT)")
+    _ready = True
+
+
+def apply_batch(events) -> None:
+    _ensure_tables()
+    q = current_dialect().q
+    for event in events:
+        if event.kind == "commit":
+            if event.operation == "delete":
+                db.execute_sql(q("DELETE FROM test_mirror WHERE uri = ?"), (event.uri,))
+            else:
+                db.execute_sql(q("INSERT INTO test_mirror (uri, cid) VALUES (?, ?) "
+                                 "ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid"), (event.uri, event.cid))
+        elif event.kind == "identity":
+            db.execute_sql(q("INSERT INTO test_identity (did, handle) VALUES (?, ?) "
+                             "ON CONFLICT (did) DO UPDATE SET handle = excluded.handle"), (event.did, event.handle))
+        elif event.kind == "account":
+            db.execute_sql(q("INSERT INTO test_identity (did, active) VALUES (?, ?) "
+                             "ON CONFLICT (did) DO UPDATE SET active = excluded.active"),
+                           (event.did, f"{event.active}:{event.status}"))
+    if SLOW_WRITER_SECS:
+        time.sleep(SLOW_WRITER_SECS)
+
+
+def _dids():
+    path = os.environ["MIRROR_DIDS_FILE"]
+    with open(path) as fh:
+        return [line.strip() for line in fh if line.strip()]
+
+
+def subscriptions(settings):
+    handler = Handler("mirror", apply_batch, None, identity_and_account=True)
+    if os.environ.get("MIRROR_DIDS_FILE"):
+        return [Subscription("mirror", list(COLLECTIONS), [handler], dids=_dids,
+                             max_lookback_us=int(os.environ.get("MIRROR_LOOKBACK_US", "0")) or None,
+                             on_gap=gaps.append)]
+    return [Subscription("global", list(COLLECTIONS), [handler])]
+
+
+def expected_state(frames) -> tuple[dict, dict]:
+    """Apply the log in order, the obvious way: what the database must end up holding."""
+    records, identities = {}, {}
+    for frame in frames:
+        if frame.get("kind") == "commit":
+            c = frame["commit"]
+            if c["collection"] not in COLLECTIONS:
+                continue
+            uri = f"at://{frame['did']}/{c['collection']}/{c['rkey']}"
+            if c["operation"] == "delete":
+                records.pop(uri, None)
+            else:
+                records[uri] = c["cid"]
+    return records, identities
+
+
+def mirror_rows() -> dict:
+    # Never create the table from the reader side: it would wait on the writer's lock.
+    if "test_mirror" not in db.get_tables():
+        return {}
+    return dict(db.execute_sql("SELECT uri, cid FROM test_mirror").fetchall())

@@ -1,0 +1,207 @@
+"""The ingest engine against the fake Jetstream: reconnects, membership, bad frames, backpressure."""
+import time
+
+import gevent
+import pytest
+
+from feather.db import db
+from feather.jetstream import consumer
+from feather.jetstream.engine import Engine
+from tests.support import mirror_feature
+from tests.support.eventlog import mixed_log
+from tests.support.fake_jetstream import FakeJetstream, make_commit
+
+
+def wait_until(predicate, timeout=20.0, interval=0.05, message="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        gevent.sleep(interval)
+    raise AssertionError(f"timed out waiting for {message}")
+
+
+@pytest.fixture
+def jetstream():
+    with FakeJetstream() as js:
+        yield js
+
+
+@pytest.fixture
+def engine_for(make_app, jetstream, monkeypatch):
+    engines = []
+    monkeypatch.setattr(mirror_feature, "_ready", False)
+
+    def build(**settings):
+        app = make_app(FEATHERREADER_JETSTREAM_HOSTS=jetstream.url,
+                       FEATHERREADER_EXTRA_FEATURES="tests.support.mirror_feature", **settings)
+        # Only the test feature's subscriptions: the counts below are about one socket.
+        engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]))
+        engines.append(engine)
+        return app, engine
+
+    yield build
+    for engine in engines:
+        engine.stop(timeout=5)
+
+
+def rows():
+    with db.connection_context():
+        return mirror_feature.mirror_rows()
+
+
+def connected(js, n=1):
+    return lambda: js.stats()["connections"] == n
+
+
+def test_forced_drop_resumes_from_cursor_with_no_gap_and_no_duplicate(engine_for, jetstream, monkeypatch):
+    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="first connection")
+    first = mixed_log(400, seed=1)
+    jetstream.append(first)
+    expected, _ = mirror_feature.expected_state(first)
+    wait_until(lambda: rows() == expected, message="first half applied")
+    gevent.sleep(1.2)  # let the cursor save land
+    assert jetstream.drop() == 1
+    second = mixed_log(400, seed=2)
+    jetstream.append(second)  # appended while the consumer is away: replay must bring it
+    expected, _ = mirror_feature.expected_state(first + second)
+    wait_until(lambda: rows() == expected, message="replay converged")
+    stats = engine.streams["global"].stats
+    assert stats["connects"] == 2
+    assert stats["disconnects"] == 1
+    assert jetstream.stats()["connects_total"] == 2
+
+
+def test_options_update_changes_membership_without_reconnecting(engine_for, jetstream, tmp_path, monkeypatch):
+    dids_file = tmp_path / "dids"
+    dids_file.write_text("did:plc:alice\n")
+    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "a1", "create"),
+                      make_commit("did:plc:bob", "app.bsky.feed.post", "b1", "create")])
+    wait_until(lambda: set(rows()) == {"at://did:plc:alice/app.bsky.feed.post/a1"}, message="alice only")
+    dids_file.write_text("did:plc:alice\ndid:plc:bob\n")
+    with app.app_context(), db.connection_context():
+        engine.refresh_membership("mirror")
+    wait_until(lambda: jetstream.stats()["options_updates_total"] == 1, message="options_update")
+    jetstream.append([make_commit("did:plc:bob", "app.bsky.feed.post", "b2", "create")])
+    wait_until(lambda: "at://did:plc:bob/app.bsky.feed.post/b2" in rows(), message="bob after update")
+    assert jetstream.stats()["connects_total"] == 1
+    assert engine.streams["mirror"].stats["options_updates"] == 1
+    assert engine.streams["mirror"].stats["connects"] == 1
+
+
+def test_empty_membership_never_connects_as_all_dids(engine_for, jetstream, tmp_path, monkeypatch):
+    dids_file = tmp_path / "dids"
+    dids_file.write_text("")
+    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
+    app, engine = engine_for()
+    engine.start()
+    gevent.sleep(1.5)
+    assert jetstream.stats()["connects_total"] == 0
+
+
+def test_identity_account_and_unknown_kind_frames_are_survived(engine_for, jetstream):
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    from tests.support.jetstream_wire import make_account, make_identity
+
+    frames = [make_identity("did:plc:alice", handle="alice.test"),
+              {"$raw": '{"did":"did:plc:alice","time_us":5,"kind":"sync","sync":{"seq":1}}'},
+              {"$raw": '{"did":"did:plc:alice","time_us":6,"kind":"commit","commit":{"operation":"create"'},
+              {"$raw": "[1, 2, 3]"},
+              {"$raw": '{"did":"did:plc:alice","time_us":7,"kind":"commit","commit":{"operation":"explode",'
+                       '"collection":"app.bsky.feed.post","rkey":"x"}}'},
+              {"$raw": '{"did":"did:plc:alice","time_us":8,"kind":"commit","commit":{"operation":"create",'
+                       '"collection":"app.bsky.feed.post","rkey":"big","cid":"bafy","record":{"text":"'
+                       + "x" * 3_000_000 + '"}}}'},
+              make_account("did:plc:bob", active=False, status="deactivated"),
+              make_commit("did:plc:alice", "app.bsky.feed.post", "p1", "create")]
+    jetstream.append(frames)
+    wait_until(lambda: "at://did:plc:alice/app.bsky.feed.post/p1" in rows(), message="post after odd frames")
+    with db.connection_context():
+        identities = dict(db.execute_sql("SELECT did, coalesce(handle, active) FROM test_identity").fetchall())
+    assert identities == {"did:plc:alice": "alice.test", "did:plc:bob": "False:deactivated"}
+    stats = engine.streams["global"].stats
+    assert stats["ignored"] == 1
+    assert stats["malformed"] == 4
+    assert stats["connects"] == 1
+
+
+def test_full_queue_disconnects_and_replay_converges(engine_for, jetstream, monkeypatch):
+    monkeypatch.setattr(consumer, "QUEUE_SIZE", 20)
+    monkeypatch.setattr(consumer, "BATCH_EVENTS", 10)
+    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
+    monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 0.05)
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    frames = mixed_log(300, seed=3)
+    jetstream.append(frames)
+    expected, _ = mirror_feature.expected_state(frames)
+    wait_until(lambda: rows() == expected, timeout=60, message="convergence after queue-full drops")
+    assert engine.streams["global"].stats["queue_full"] >= 1
+    assert engine.streams["global"].stats["connects"] >= 2
+
+
+def test_watermark_pauses_writing_and_resumes_under_it(engine_for, jetstream, monkeypatch):
+    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
+    app, engine = engine_for(FEATHERREADER_DB_SIZE_WATERMARK_BYTES=1024)
+    engine.start()
+    assert engine.watermark_paused is True
+    gevent.sleep(0.5)
+    assert jetstream.stats()["connects_total"] == 0
+    with db.connection_context():
+        reason = db.execute_sql("SELECT paused_reason FROM jetstream_cursor WHERE name = 'global'").fetchone()[0]
+    assert reason.startswith("database size ")
+    app.config["FEATHER"].featherreader_db_size_watermark_bytes = 10**12
+    assert engine.check_watermark() is False
+    wait_until(connected(jetstream), message="reconnect after resume")
+    jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "w1", "create")])
+    wait_until(lambda: "at://did:plc:alice/app.bsky.feed.post/w1" in rows(), message="write after resume")
+    with db.connection_context():
+        reason = db.execute_sql("SELECT paused_reason FROM jetstream_cursor WHERE name = 'global'").fetchone()[0]
+    assert reason is None
+
+
+def test_cursor_older_than_lookback_reports_a_gap(engine_for, jetstream, tmp_path, monkeypatch):
+    from feather.jetstream import store
+
+    dids_file = tmp_path / "dids"
+    dids_file.write_text("did:plc:alice\n")
+    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
+    monkeypatch.setenv("MIRROR_LOOKBACK_US", str(60_000_000))
+    monkeypatch.setattr(mirror_feature, "gaps", [])
+    app, engine = engine_for()
+    stale = int(time.time() * 1_000_000) - 3_600_000_000
+    with db.connection_context(), db.atomic():
+        store.save_cursor("mirror", store.Cursor(stale))
+    engine.subscriptions[0].on_gap = mirror_feature.gaps.append
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    assert mirror_feature.gaps == [stale]
+    assert engine.streams["mirror"].stats["gaps"] == 1
+
+
+def test_cursor_is_saved_with_the_batch_and_only_moves_forward(engine_for, jetstream):
+    from feather.jetstream import store
+
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    last = jetstream.append(mixed_log(50, seed=4))
+    def saved():
+        with db.connection_context():
+            c = store.load_cursor("global")
+            return c is not None and c.time_us == last
+    wait_until(saved, message="cursor at the last event")
+    with db.connection_context(), db.atomic():
+        store.save_cursor("global", store.Cursor(last - 10_000_000))
+    with db.connection_context():
+        assert store.load_cursor("global").time_us == last
