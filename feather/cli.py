@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 from flask import current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, with_appcontext
 
 db_cli = AppGroup("db", help="Database commands.")
 
@@ -18,6 +18,7 @@ def db_upgrade():
 
 
 @click.command("worker")
+@with_appcontext
 def worker():
     """Run the background workers (Jetstream consumers and scheduler) without a web server."""
     from feather.runtime import run_worker_process

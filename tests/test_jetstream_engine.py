@@ -18,7 +18,7 @@ def wait_until(predicate, timeout=20.0, interval=0.05, message="condition"):
         if predicate():
             return
         gevent.sleep(interval)
-    raise AssertionError(f"timed out waiting for {message}")
+    raise AssertionError(f"timed out waiting for {message() if callable(message) else message}")
 
 
 @pytest.fixture
@@ -136,16 +136,20 @@ def test_identity_account_and_unknown_kind_frames_are_survived(engine_for, jetst
 
 def test_full_queue_disconnects_and_replay_converges(engine_for, jetstream, monkeypatch):
     monkeypatch.setattr(consumer, "QUEUE_SIZE", 20)
+    monkeypatch.setattr(consumer, "QUEUE_FULL_GRACE_SECS", 0)
     monkeypatch.setattr(consumer, "BATCH_EVENTS", 10)
     monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 0.05)
+    # Slow enough that the first batch is still being written when the reader reconnects.
+    monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 0.2)
     app, engine = engine_for()
     engine.start()
     wait_until(connected(jetstream), message="connection")
     frames = mixed_log(300, seed=3)
     jetstream.append(frames)
     expected, _ = mirror_feature.expected_state(frames)
-    wait_until(lambda: rows() == expected, timeout=60, message="convergence after queue-full drops")
+    wait_until(lambda: rows() == expected, timeout=60,
+               message=lambda: f"convergence after queue-full drops: {dict(engine.streams['global'].stats)} "
+                               f"{len(rows())}/{len(expected)}")
     assert engine.streams["global"].stats["queue_full"] >= 1
     assert engine.streams["global"].stats["connects"] >= 2
 

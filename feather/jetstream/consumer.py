@@ -26,6 +26,10 @@ from feather.jetstream.subscriptions import Subscription, validate_dids
 log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 1024
+# How long the reader waits for room before dropping the connection. One batch period: a queue
+# that a flush empties is momentary (replay arrives faster than any writer); one that stays
+# full is the sustained fullness the drop is for.
+QUEUE_FULL_GRACE_SECS = 1.0
 BATCH_EVENTS = 500
 BATCH_SECS = 1.0
 CURSOR_SAVE_SECS = 1.0
@@ -59,6 +63,7 @@ class Stream:
         self.high_water: tuple[int, int, int | None] | None = None
         self.host_index = 0
         self.generation = 0  # bumped by the writer when it throws away queued events
+        self.first_seen: store.Cursor | None = None  # first event this process received
         self.connected = Flag()
         self._greenlets: list[gevent.Greenlet] = []
 
@@ -78,6 +83,11 @@ class Stream:
 
     # --- reader
     def _connect_cursor(self) -> int | None:
+        if (self.cursor is None or self.cursor.time_us <= 0) and self.first_seen is not None:
+            # Nothing applied yet, but we did start receiving: never fall back to live tail, which
+            # would silently skip whatever was received and not yet written.
+            return max(0, self.first_seen.time_us - REPLAY_OVERLAP_US) if not self.first_seen.seq \
+                else self.first_seen.seq
         if self.cursor is None or self.cursor.time_us <= 0:
             return None
         if self.cursor.seq:
@@ -182,14 +192,22 @@ class Stream:
                 self.stats["replay_skipped"] += 1
                 continue
             try:
-                self.queue.put_nowait(event)
+                if QUEUE_FULL_GRACE_SECS > 0:
+                    self.queue.put(event, timeout=QUEUE_FULL_GRACE_SECS)
+                else:
+                    self.queue.put_nowait(event)
             except Full:
                 self.stats["queue_full"] += 1
                 log.warning("jetstream %s: queue full (%d events); dropping the connection to let "
                             "Jetstream replay (%d times so far)", self.sub.name, QUEUE_SIZE,
                             self.stats["queue_full"])
                 return "queue full"
+            if generation != self.generation:  # the writer threw the queue away while we waited
+                self.high_water = None
+                return "a batch failed; replaying from the last applied cursor"
             self.high_water = (self.host_index, event.time_us, event.seq)
+            if self.first_seen is None:
+                self.first_seen = store.Cursor(event.time_us, event.seq)
             self.stats["received"] += 1
         return "stopping" if self.stopping.is_set() else "paused"
 

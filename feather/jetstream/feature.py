@@ -12,6 +12,7 @@ import time
 
 import click
 from flask import Blueprint, current_app, jsonify, request
+from flask.cli import with_appcontext
 
 from feather.errors import ApiError
 from feather.jetstream import store
@@ -115,6 +116,7 @@ def dev_event():
 @click.option("--rkey")
 @click.option("--subject")
 @click.option("--record", help="The record as JSON.")
+@with_appcontext
 def dev_event_command(did, collection, op, rkey, subject, record):
     """Run one hand-made event through the same dispatch path as the stream."""
     if op in ("create", "update", "delete") and not collection:

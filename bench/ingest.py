@@ -1,0 +1,114 @@
+"""Ingest throughput: Feather's engine (socket → decode → queue → batch writer → SQLite) replaying a
+Jetstream log, as a ratio to a bare websocket-client receive loop over the same stream, same run.
+
+    python bench/ingest.py [--events 200000]
+
+Two Feather figures: the engine with a minimal mirror handler (one upsert per record: the
+engine's own cost), and with every built-in feature's handler on the shared stream as well.
+Each runs in a child process, whose peak RSS is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def bare_receive(url: str, n: int) -> float:
+    import websocket
+
+    ws = websocket.create_connection(url + "?cursor=1", skip_utf8_validation=True, timeout=60)
+    started = time.perf_counter()
+    for _ in range(n):
+        ws.recv_data()
+    elapsed = time.perf_counter() - started
+    ws.close()
+    return n / elapsed
+
+
+def child(url: str, n: int, first_us: int, last_us: int, workdir: str, all_features: bool) -> None:
+    """Runs in its own process: drive the engine until the cursor reaches the last event."""
+    from gevent import monkey
+
+    monkey.patch_all()
+    import gevent
+
+    from feather import create_app, features
+    from feather.db import db
+    from feather.jetstream import store
+    from feather.jetstream.engine import Engine
+    from feather.migrate import upgrade
+    from tests.support import mirror_feature
+
+    app = create_app({"DATABASE_URL": f"sqlite:///{workdir}/bench-{int(all_features)}.db", "FEATHERREADER_ENV": "test",
+                      "FEATHERREADER_DATA_DIR": workdir, "FEATHERREADER_JETSTREAM_HOSTS": url,
+                      "FEATHERREADER_ALLOW_PRIVATE_NETWORK": True, "FEATHERREADER_LOG_LEVEL": "WARNING",
+                      "FEATHERREADER_EXTRA_FEATURES": "tests.support.mirror_feature"})
+    upgrade(db.obj)
+    settings = app.config["FEATHER"]
+    subs = [s for s in features.subscriptions(settings) if s.name == "global"] if all_features \
+        else mirror_feature.subscriptions(settings)
+    with db.connection_context(), db.atomic():
+        store.save_cursor("global", store.Cursor(first_us))  # replay the whole log
+    engine = Engine(app, subs)
+    started = time.perf_counter()
+    engine.start()
+    stream = engine.streams["global"]
+    while stream.cursor is None or stream.cursor.time_us < last_us:
+        gevent.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    stats = dict(stream.stats)
+    engine.stop()
+    peak_kb = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")))
+    print(json.dumps({"rate": n / elapsed, "peak_kb": peak_kb, "stats": stats}))
+
+
+def run_child(url, n, first_us, last_us, workdir, all_features) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", url, str(n), str(first_us), str(last_us), workdir,
+                          "1" if all_features else "0"], cwd=REPO, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        url, n, first, last, workdir, every = sys.argv[2:]
+        child(url, int(n), int(first), int(last), workdir, every == "1")
+        return
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=200_000)
+    args = parser.parse_args()
+    from tests.support.eventlog import mixed_log
+    from tests.support.fake_jetstream import FakeJetstream
+
+    # Spaced 200 µs apart: 5,000 events/s, the legacy per-IP cap, so the 5 s replay overlap is realistic.
+    first_us = int(time.time() * 1_000_000) - 3_600_000_000
+    frames = mixed_log(args.events, seed=42, dids=5000)
+    for i, frame in enumerate(frames):
+        frame["time_us"] = first_us + 200 * i
+    last_us = frames[-1]["time_us"]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.jsonl"
+        log.write_text("".join(json.dumps(f) + "\n" for f in frames))
+        del frames
+        with FakeJetstream(log=str(log), ttl_secs=0) as js:
+            baseline = bare_receive(js.url, args.events)
+            engine_only = run_child(js.url, args.events, first_us, last_us, tmp, False)
+            everything = run_child(js.url, args.events, first_us, last_us, tmp, True)
+    print(f"events streamed: {args.events:,}")
+    print(f"bare websocket-client receive loop:         {baseline:10,.0f} events/s")
+    print(f"feather engine + mirror handler (SQLite):   {engine_only['rate']:10,.0f} events/s   "
+          f"ratio {engine_only['rate'] / baseline:.2f} (goal >= 0.5)   peak RSS {engine_only['peak_kb'] / 1024:.0f} MiB")
+    print(f"feather engine + every feature's handler:   {everything['rate']:10,.0f} events/s   "
+          f"ratio {everything['rate'] / baseline:.2f}   peak RSS {everything['peak_kb'] / 1024:.0f} MiB")
+    print(f"queue-full drops: {engine_only['stats'].get('queue_full', 0)} / {everything['stats'].get('queue_full', 0)}")
+
+
+if __name__ == "__main__":
+    main()
