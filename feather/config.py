@@ -123,12 +123,84 @@ SETTINGS: tuple[Setting, ...] = (
             "Comma-separated extra feature modules to load (plugins; the test suite uses it). "
             "Each may define init_app, subscriptions and jobs like the built-in ones."),
     # --- feeds (feather/feeds)
+    Setting("FEATHERREADER_CONFIG", _str, "",
+            "Path of the feeds TOML file (namespace, collections, feeds). Empty: the built-in default "
+            "(`follow`, `post`, `profile`; feed `timeline` = follow → [post])."),
+    Setting("FEED_PRUNE_SWEEP_ACTORS", _int(1), "500",
+            "Feed actors one prune slice visits; a full pass takes ceil(actors / this) slices."),
+    Setting("FEED_PRUNE_RECOVERY_INTERVAL_MS", _int(1000), str(6 * 3_600_000),
+            "A fresh prune pass starts this long after the last completed full pass, even on an idle stream (ms)."),
+    Setting("FEED_SERVICE_AUTH", _bool, "0",
+            "1: getFeed requires an atproto service-auth JWT whose issuer is the `actor` "
+            "(aud = FEATHERREADER_FEED_SERVICE_DID, lxm = the getFeed method)."),
+    Setting("FEATHERREADER_FEED_SERVICE_DID", _str, "",
+            "This service's DID, the `aud` a getFeed service-auth token must carry. Required when FEED_SERVICE_AUTH=1."),
     # --- identity and sign-in (feather/atproto, feather/auth)
+    Setting("FEATHERREADER_HANDLE_RESOLVER", _str, "https://bsky.social",
+            "Service whose `com.atproto.identity.resolveHandle` is asked when a handle has neither a DNS "
+            "TXT record nor a `/.well-known/atproto-did`. Empty: DNS and well-known only."),
+    Setting("FEATHERREADER_PLC_URL", _str, "https://plc.directory", "The did:plc directory."),
+    Setting("FEATHERREADER_PUBLIC_URL", _str, "",
+            "The https origin this instance is reached at (e.g. `https://feather.example.com`); the OAuth "
+            "client_id is `<this>/oauth-client-metadata.json`. Required in production. Empty outside "
+            "production: a loopback development client (redirects to http://127.0.0.1:PORT)."),
+    Setting("FEATHERREADER_OAUTH_CLIENT_KEYS", _str, "",
+            "The OAuth client's ES256 private keys, as a JSON JWK or JWK Set, each with a `kid`. The first "
+            "signs; keep retired keys listed until their sessions end. Required with FEATHERREADER_PUBLIC_URL."),
+    Setting("FEATHERREADER_TOKEN_KEYS", _str, "",
+            "Comma-separated base64url 32-byte keys that encrypt tokens and DPoP keys at rest (AES-GCM); the "
+            "first encrypts, all decrypt (rotation). Empty: derived from SECRET_KEY."),
+    Setting("FEATHERREADER_ALLOW_APP_PASSWORDS", _bool, "0",
+            "1: also offer sign-in with an app password (createSession), for self-hosters, scripts and tests."),
+    Setting("FEATHERREADER_LOGIN_RATE_LIMIT", _int(1), "10",
+            "Sign-in attempts allowed per client address per 5 minutes (login form and POST /api/session)."),
+    Setting("FEATHERREADER_SESSION_DAYS", _int(1, 400), "30", "How long a browser stays signed in."),
     # --- network catalogue (feather/network)
+    Setting("FEATHERREADER_RELAY_HOSTS", _list, "relay1.us-west.bsky.network,relay1.us-east.bsky.network",
+            "Relays asked `listReposByCollection` (adoption count, rebuild enumeration). A bare host means "
+            "`https://HOST`; a full `https://` URL is used as is."),
+    Setting("FEATHERREADER_ADOPTION_INTERVAL_SECS", _int(0), "86400",
+            "Adoption probe cadence in seconds, ±10 % jitter. 0 disables the probe."),
+    Setting("FEATHERREADER_SHOW_ADOPTION", _bool, "0",
+            "Show the adoption count as one quiet line on /about (the largest count over the relays)."),
+    Setting("FEATHERREADER_PORTABILITY_DID", _str, "did:plc:ohutz6x5acjmpuulp3x7wxxc",
+            "The account whose public subscription records the live portability test reads."),
+    Setting("FEATHERREADER_NETWORK_INDEX", _bool, "0",
+            "Master switch of the catalogue: index public `community.lexicon.rss.subscription` records "
+            "(live stream + rebuild). Off: nothing is indexed and the tables stay empty."),
+    Setting("FEATHERREADER_NET_MAX_ROWS", _int(1), "200000",
+            "Hard cap on indexed subscription rows; past it the oldest-indexed rows are evicted."),
+    Setting("FEATHERREADER_NET_MAX_RECORDS_PER_DID", _int(1), "5000",
+            "Most subscription records kept for one account (live and rebuild)."),
+    Setting("FEATHERREADER_NET_K", _int(2), "5",
+            "k-anonymity floor: a feed with fewer distinct subscribers is never shown or counted anywhere."),
+    Setting("FEATHERREADER_NETWORK_PAGE", _bool, "0",
+            "Serve GET /network (linked only from /about) and the per-feed count API."),
+    Setting("FEATHERREADER_NET_REBUILD", _bool, "0",
+            "One-shot: on boot, empty the catalogue and rebuild it from the relays and PDSes (logged loudly). "
+            "Unset it after the restart."),
     # --- graph sync (feather/sync)
     Setting("SYNC_JETSTREAM_MAX_LOOKBACK_US", _int(1), str(24 * HOUR_US),
             "Resume window for sync shards (µs). A saved cursor older than this is a gap the "
             "feature back-fills instead of replaying."),
+    Setting("SYNC_SHARD_COUNT", _int(1, 1000), "1",
+            "Jetstream subscriptions synced users are hashed into (Jetstream takes 10,000 DIDs per "
+            "subscription). Raising it is safe: a new shard resumes from the oldest sync cursor."),
+    Setting("SYNC_HOURLY_POINTS", _int(3), "1500",
+            "PDS write points sync may spend per account per rolling hour (a create costs 3, a delete 1)."),
+    Setting("SYNC_DAILY_POINTS", _int(3), "15000",
+            "PDS write points sync may spend per account per rolling day."),
+    Setting("SYNC_APP_DAILY_FOLLOW_CAP", lambda name, raw: _int(1)(name, raw) if raw.strip() else None, "",
+            "Most follows sync writes per account per app per rolling day. Empty: no cap beyond the points budget."),
+    Setting("NSID_ALLOWLIST", _list, "",
+            "Comma-separated NSIDs (or `prefix.*`) this instance works with. Empty: all. Graph sync does not "
+            "offer an app whose follow or profile collection is outside it."),
+    Setting("NSID_BLOCKLIST", _list, "",
+            "Comma-separated NSIDs (or `prefix.*`) this instance refuses; wins over the allow list. Graph sync "
+            "does not offer an app whose follow or profile collection is blocked."),
+    Setting("NSID_REQUIRES_DIDS", _list, "app.bsky.*",
+            "Collections too busy to watch for every DID (`prefix.*` allowed): only ever subscribed with a DID "
+            "filter. Graph sync does not watch these profile collections live; late joiners wait for the sweep."),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -55,6 +55,21 @@ class Dialect:
             return f"json_extract({column}, '$.{key}')"
         return f"(({column})::jsonb ->> '{key}')"
 
+    def json_path_text(self, column: str, path: tuple[str, ...] | list[str]) -> str:
+        """A nested JSON member (path already validated as identifiers) as text. (feeds)"""
+        if not path or not all(p.replace("_", "").isalnum() for p in path):
+            raise ValueError(f"unsafe JSON path: {path!r}")
+        if len(path) == 1:
+            return self.json_text(column, path[0])
+        if self.is_sqlite:
+            return f"json_extract({column}, '$.{'.'.join(path)}')"
+        return f"(({column})::jsonb #>> '{{{','.join(path)}}}')"
+
+    @property
+    def byte_text(self) -> str:
+        """TEXT that compares byte-wise on both databases, so prefix ranges and keyset order agree. (feeds)"""
+        return "TEXT" if self.is_sqlite else 'TEXT COLLATE "C"'
+
     def greatest(self, a: str, b: str) -> str:
         return f"max({a}, {b})" if self.is_sqlite else f"GREATEST({a}, {b})"
 

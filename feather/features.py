@@ -13,6 +13,10 @@ from types import ModuleType
 
 FEATURE_MODULES: tuple[str, ...] = (
     "feather.jetstream.feature",
+    "feather.feeds",
+    "feather.network",
+    "feather.sync",
+    "feather.auth",
 )
 
 

@@ -1,0 +1,139 @@
+"""Fan-out cost: one post by an author with 1M followers, through Feather's ingest path, as a
+ratio to a bare sqlite3 `INSERT … SELECT` of the same rows into the same table, same run.
+
+    python bench/fanout.py [--followers 1000000] [--rounds 3]
+
+Feather's figure is the whole batch transaction (replay check, record write, fan-out statement,
+prune flag, stream cursor) via feather.jetstream.store.apply_batch. The baseline is the
+statement alone on a plain sqlite3 connection to the same file. Rounds alternate and each is
+followed by deleting the inserted rows, so both always insert into the same empty feed table.
+The last line is the same post with hybrid fan-out on (fanoutMaxFollowers = 1000).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+AUTHOR = "did:plc:author0000000000000000"
+FOLLOW, POST = "app.bsky.graph.follow", "app.bsky.feed.post"
+TOML = """
+[collections.follow]
+collection = "app.bsky.graph.follow"
+[collections.post]
+collection = "app.bsky.feed.post"
+[feeds.timeline]
+targets = ["post"]
+{extra}
+"""
+
+
+def build(workdir: Path, followers: int, hybrid: bool):
+    from feather import create_app
+    from feather.db import db
+    from feather.feeds import schema
+    from feather.migrate import upgrade
+
+    cfg = workdir / ("hybrid.toml" if hybrid else "plain.toml")
+    cfg.write_text(TOML.format(extra="fanoutMaxFollowers = 1000" if hybrid else ""))
+    path = workdir / "fanout.db"
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
+                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
+                      "FEATHERREADER_CONFIG": str(cfg)})
+    upgrade(db.obj)
+    with app.app_context(), db.connection_context():
+        schema.ensure(app.extensions["feeds"])
+    if not hybrid:
+        raw = sqlite3.connect(path)
+        follow = json.dumps({"$type": FOLLOW, "subject": AUTHOR, "createdAt": "2025-01-01T00:00:00.000Z"})
+        raw.executemany(
+            "INSERT INTO feed_records_follow (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
+            " VALUES (?, ?, 'f', 'bafy', ?, 1, 1, ?)",
+            ((f"at://did:plc:f{i:012d}/{FOLLOW}/f", f"did:plc:f{i:012d}", follow, i) for i in range(followers)))
+        raw.commit()
+        raw.close()
+    return app, path
+
+
+def feather_round(app, n: int) -> float:
+    from feather import features
+    from feather.db import db
+    from feather.jetstream import store
+    from feather.jetstream.events import CommitEvent
+    from feather.jetstream.subscriptions import merge
+
+    (sub,) = [s for s in merge(features.subscriptions(app.config["FEATHER"])) if s.name == "global"]
+    now = int(time.time() * 1_000_000)
+    record = {"$type": POST, "text": "hello", "createdAt": "2025-01-01T00:00:00.000Z"}
+    event = CommitEvent(AUTHOR, now, "create", POST, f"feather{n}", record, f"bafyfeather{n}")
+    with app.app_context(), db.connection_context():
+        started = time.perf_counter()
+        store.apply_batch(sub, [event], store.Cursor(now))
+        return time.perf_counter() - started
+
+
+def baseline_round(path: Path, n: int) -> float:
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA journal_mode=wal")
+    raw.execute("PRAGMA synchronous=normal")
+    started = time.perf_counter()
+    raw.execute("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                " SELECT did, ?, ?, ? FROM feed_records_follow WHERE json_extract(record, '$.subject') = ?",
+                (f"at://{AUTHOR}/{POST}/bare{n}", POST, n, AUTHOR))
+    raw.commit()
+    elapsed = time.perf_counter() - started
+    raw.close()
+    return elapsed
+
+
+def clear(path: Path) -> int:
+    raw = sqlite3.connect(path)
+    count = raw.execute("SELECT count(*) FROM feed_items").fetchone()[0]
+    raw.execute("DELETE FROM feed_items")
+    raw.execute("DELETE FROM feed_records_post")
+    raw.commit()
+    raw.close()
+    return count
+
+
+def main() -> None:
+    from gevent import monkey
+
+    monkey.patch_all()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--followers", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        t0 = time.perf_counter()
+        app, path = build(workdir, args.followers, hybrid=False)
+        print(f"setup: {args.followers} follow records in {time.perf_counter() - t0:.1f}s")
+        feather_times, bare_times = [], []
+        for n in range(args.rounds):
+            bare_times.append(baseline_round(path, n))
+            assert clear(path) == args.followers
+            feather_times.append(feather_round(app, n))
+            assert clear(path) == args.followers, "Feather's fan-out did not reach every follower"
+        feather_s, bare_s = statistics.median(feather_times), statistics.median(bare_times)
+        print(f"bare sqlite3 INSERT … SELECT: {bare_s * 1000:.0f} ms (median of {args.rounds})")
+        print(f"feather fan-out (whole batch): {feather_s * 1000:.0f} ms")
+        print(f"ratio feather / bare: {feather_s / bare_s:.2f}x  (goal <= 1.4x)")
+        app, _ = build(workdir, args.followers, hybrid=True)
+        hybrid_times = [feather_round(app, 100 + n) for n in range(args.rounds)]
+        hybrid_s = statistics.median(hybrid_times)
+        rows = sqlite3.connect(path).execute("SELECT count(*) FROM feed_items").fetchone()[0]
+        print(f"hybrid fan-out (fanoutMaxFollowers=1000): {hybrid_s * 1000:.2f} ms, {rows} feed rows written; "
+              f"ratio to bare: {hybrid_s / bare_s:.4f}x")
+
+
+if __name__ == "__main__":
+    main()

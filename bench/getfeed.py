@@ -1,0 +1,160 @@
+"""getFeed latency at 1M feed rows under concurrent load, through gunicorn + gevent, as a ratio
+to a trivial endpoint (GET /health: one page read, a small JSON body) in the same run.
+
+    python bench/getfeed.py [--actors 5000] [--per-actor 200] [--requests 3000] [--concurrency 16]
+
+Builds a SQLite database of actors × per-actor feed rows (default 5000 × 200 = 1M, the cap)
+over 50 000 posts, starts `gunicorn -k gevent -w 1 app:app` on loopback, then drives both
+endpoints from greenlets with keep-alive connections, alternating phases, and prints p50/p99.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+POST = "app.bsky.feed.post"
+
+
+def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
+    from feather import create_app
+    from feather.db import db
+    from feather.feeds import schema
+    from feather.migrate import upgrade
+
+    path = workdir / "getfeed.db"
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
+                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING"})
+    upgrade(db.obj)
+    with app.app_context(), db.connection_context():
+        schema.ensure(app.extensions["feeds"])
+    db.obj.close()
+    rng = random.Random(7)
+    base = 1_760_000_000_000_000
+    raw = sqlite3.connect(path)
+    post_rows = []
+    for i in range(posts):
+        did = f"did:plc:author{i % 2000:06d}"
+        record = json.dumps({"$type": POST, "text": f"post {i} " + "x" * 80, "createdAt": "2025-10-09T00:00:00.000Z"})
+        post_rows.append((f"at://{did}/{POST}/p{i:07d}", did, f"p{i:07d}", f"bafy{i}", record, base + i * 1000))
+    raw.executemany("INSERT INTO feed_records_post (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 0, 0)", post_rows)
+
+    def items():
+        for a in range(actors):
+            actor = f"did:plc:reader{a:07d}"
+            for j in rng.sample(range(posts), per_actor):
+                yield actor, post_rows[j][0], POST, post_rows[j][5]
+
+    raw.executemany("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)", items())
+    raw.executemany("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, 'timeline', 1)",
+                    ((f"did:plc:reader{a:07d}",) for a in range(actors)))
+    raw.commit()
+    total = raw.execute("SELECT count(*) FROM feed_items").fetchone()[0]
+    raw.execute("ANALYZE")
+    raw.close()
+    print(f"database: {total} feed rows, {posts} posts, {actors} actors")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(path: Path, workdir: Path, port: int) -> subprocess.Popen:
+    env = dict(os.environ, DATABASE_URL=f"sqlite:///{path}", FEATHERREADER_ENV="test",
+               FEATHERREADER_DATA_DIR=str(workdir), FEATHERREADER_RUN_WORKERS="0",
+               FEATHERREADER_DISABLE_SCHEDULER="1", FEATHERREADER_LOG_LEVEL="WARNING")
+    proc = subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent", "-w", "1", "-b", f"127.0.0.1:{port}",
+                             "--log-level", "warning", "app:app"], cwd=REPO, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("gunicorn did not come up")
+
+
+def load(port: int, paths, n: int, concurrency: int) -> list[float]:
+    import gevent
+    from http.client import HTTPConnection
+
+    latencies: list[float] = []
+    remaining = [n]
+
+    def worker():
+        conn = HTTPConnection("127.0.0.1", port, timeout=30)
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            path = paths()
+            started = time.perf_counter()
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = response.read()
+            latencies.append(time.perf_counter() - started)
+            if response.status != 200:
+                raise SystemExit(f"{path}: HTTP {response.status} {body[:200]!r}")
+        conn.close()
+
+    gevent.joinall([gevent.spawn(worker) for _ in range(concurrency)], raise_error=True)
+    return latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def main() -> None:
+    from gevent import monkey
+
+    monkey.patch_all()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--actors", type=int, default=5000)
+    parser.add_argument("--per-actor", type=int, default=200)
+    parser.add_argument("--posts", type=int, default=50_000)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    rng = random.Random(11)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        path = build(workdir, args.actors, args.per_actor, args.posts)
+        port = free_port()
+        server = start_server(path, workdir, port)
+        try:
+            feed = lambda: f"/xrpc/com.featherreader.getFeed?feed=timeline&actor=did:plc:reader{rng.randrange(args.actors):07d}&limit=50"
+            health = lambda: "/health"
+            load(port, feed, 200, args.concurrency)  # warm-up
+            load(port, health, 200, args.concurrency)
+            feed_lat, health_lat = [], []
+            for _ in range(2):  # alternate phases so drift hits both alike
+                health_lat += load(port, health, args.requests // 2, args.concurrency)
+                feed_lat += load(port, feed, args.requests // 2, args.concurrency)
+        finally:
+            server.terminate()
+            server.wait(timeout=15)
+    print(f"trivial GET /health: p50 {pct(health_lat, .5):.1f} ms  p99 {pct(health_lat, .99):.1f} ms")
+    print(f"getFeed limit=50:    p50 {pct(feed_lat, .5):.1f} ms  p99 {pct(feed_lat, .99):.1f} ms")
+    print(f"ratio getFeed / trivial: p50 {pct(feed_lat, .5) / pct(health_lat, .5):.2f}x  "
+          f"p99 {pct(feed_lat, .99) / pct(health_lat, .99):.2f}x  "
+          f"({args.requests} requests each, concurrency {args.concurrency})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Browser sessions (a server-side row behind Flask's signed cookie) and the login rate limit."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+
+from flask import current_app, g, session
+
+from feather.db import current_dialect, db
+
+RATE_WINDOW_SECS = 300
+
+
+@dataclass(frozen=True)
+class Account:
+    did: str
+    handle: str | None
+    needs_reauth: bool
+    message: str | None  # why sign-in is needed again, in a plain sentence
+
+    @property
+    def label(self) -> str:
+        return f"@{self.handle}" if self.handle else self.did
+
+
+def _sql(sql: str, params=()):
+    return db.execute_sql(current_dialect().q(sql), params)
+
+
+def _hash(sid: str) -> str:
+    # Only the hash is stored: a copy of the table does not let anyone wear the cookies.
+    return hashlib.sha256(sid.encode()).hexdigest()
+
+
+def start_session(did: str) -> None:
+    settings = current_app.config["FEATHER"]
+    now = int(time.time())
+    sid = secrets.token_urlsafe(32)
+    _sql("DELETE FROM auth_web_session WHERE expires_at < ?", (now,))
+    _sql("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)",
+         (_hash(sid), did, now, now + settings.featherreader_session_days * 86400))
+    # A new cookie (and CSRF token) at sign-in: nothing from before sign-in carries over.
+    session.clear()
+    session.permanent = True  # lifetime: PERMANENT_SESSION_LIFETIME, set from the settings in init_app
+    session["sid"] = sid
+    g.pop("auth_account", None)
+
+
+def end_session() -> None:
+    sid = session.get("sid")
+    if sid:
+        _sql("DELETE FROM auth_web_session WHERE id_hash = ?", (_hash(sid),))
+    session.clear()
+    g.pop("auth_account", None)
+
+
+def current_account() -> Account | None:
+    """The signed-in account of this request, or None."""
+    if "auth_account" in g:
+        return g.auth_account
+    account = None
+    sid = session.get("sid")
+    if sid:
+        row = _sql("SELECT s.did, s.expires_at, gr.handle, gr.status, gr.status_reason FROM auth_web_session s"
+                   " LEFT JOIN auth_grant gr ON gr.did = s.did WHERE s.id_hash = ?", (_hash(sid),)).fetchone()
+        if row is not None and row[1] >= time.time():
+            did, _, handle, status, reason = row
+            needs = status != "active"
+            message = (reason or "Please sign in again.") if needs else None
+            account = Account(did, handle, needs, message)
+    g.auth_account = account
+    return account
+
+
+def over_rate_limit(key: str, limit: int, now: float | None = None) -> bool:
+    """Count one attempt for key in the current window; True when it is over the limit."""
+    now = int(time.time() if now is None else now)
+    window = now - now % RATE_WINDOW_SECS
+    bucket = f"{key}|{window}"
+    _sql("DELETE FROM auth_rate WHERE expires_at < ?", (now,))
+    _sql("INSERT INTO auth_rate (bucket, hits, expires_at) VALUES (?, 1, ?)"
+         " ON CONFLICT (bucket) DO UPDATE SET hits = auth_rate.hits + 1", (bucket, window + RATE_WINDOW_SECS))
+    hits = _sql("SELECT hits FROM auth_rate WHERE bucket = ?", (bucket,)).fetchone()[0]
+    return hits > limit

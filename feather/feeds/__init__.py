@@ -1,0 +1,66 @@
+"""Feeds: fan-out-on-write timelines (spec: /work/shared/specs/feeds.md).
+
+Feature hooks (feather/features.py): init_app registers the XRPC blueprint, subscriptions
+joins the shared "global" stream with the configured collections, jobs adds the prune tick.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from feather.feeds.config import FeedsConfig, load
+
+PRUNE_TICK_SECS = 10.0  # Contrail's persistent-loop FEED_SWEEP_INTERVAL_MS
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str, mtime: float) -> FeedsConfig:
+    return load(path)
+
+
+def config_for(settings) -> FeedsConfig:
+    """The parsed feeds config for these settings (validated; cached per file version)."""
+    import os
+
+    path = settings.featherreader_config or ""
+    mtime = os.stat(path).st_mtime if path and os.path.exists(path) else 0.0
+    return _load_cached(path, mtime)
+
+
+def init_app(app) -> None:
+    from feather.config import ConfigError
+    from feather.feeds.config import FeedsConfigError
+    from feather.feeds.xrpc import make_blueprint
+
+    settings = app.config["FEATHER"]
+    try:
+        config = config_for(settings)
+    except FeedsConfigError as exc:
+        raise ConfigError("FEATHERREADER_CONFIG", str(exc)) from None
+    if settings.feed_service_auth and not settings.featherreader_feed_service_did.startswith("did:"):
+        raise ConfigError("FEATHERREADER_FEED_SERVICE_DID",
+                          "FEED_SERVICE_AUTH=1 needs this service's DID (the `aud` of getFeed tokens)")
+    app.extensions["feeds"] = config
+    app.register_blueprint(make_blueprint(config))
+
+
+def subscriptions(settings) -> list:
+    from feather.feeds.apply import handler
+    from feather.jetstream.subscriptions import Handler, Subscription
+
+    config = config_for(settings)
+    if not config.collections:
+        return []
+    nsids = sorted({c.nsid for c in config.collections.values()})
+    return [Subscription("global", nsids, [Handler(feature="feeds", apply_batch=handler(config),
+                                                   collections=frozenset(nsids))])]
+
+
+def jobs(settings) -> list:
+    from feather.feeds.prune import prune_tick
+    from feather.scheduler import Job
+
+    config = config_for(settings)
+    if not config.feeds:
+        return []
+    return [Job("feeds-prune", lambda: prune_tick(config, settings), PRUNE_TICK_SECS, jitter=1.0,
+                first_run_delay=PRUNE_TICK_SECS)]

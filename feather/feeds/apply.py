@@ -1,0 +1,89 @@
+"""Ingest: store each record and fan it out, inside the engine's batch transaction.
+
+Pure DB work, idempotent under replay: a create/update whose CID is already stored, or a
+delete of a URI that is not stored, changes nothing and fans out nothing (Contrail's replay
+rule). When the batch applied a feed-mutating record it sets the prune flag in the same
+transaction; the prune job reads it (see prune.py for why a flag and not a direct sweep).
+"""
+from __future__ import annotations
+
+import logging
+
+from feather.atproto.syntax import is_valid_did
+from feather.db import db
+from feather.feeds import fanout, records, schema
+from feather.feeds.config import FeedsConfig
+from feather.jetstream.events import CommitEvent
+
+log = logging.getLogger(__name__)
+
+
+def _subject(record_text_or_dict) -> str | None:
+    value = record_text_or_dict
+    if isinstance(value, str):
+        value = records.parse_value(value)
+    subject = value.get("subject") if isinstance(value, dict) else None
+    return subject if is_valid_did(subject) else None
+
+
+def apply_event(config: FeedsConfig, event: CommitEvent) -> bool:
+    """Store and fan out one commit. True when it changed something (i.e. was not a replay)."""
+    coll = config.by_nsid(event.collection)
+    if coll is None:
+        return False
+    nsid, uri = event.collection, event.uri
+    prior = records.load(coll, uri)
+    now = records.now_us()
+    is_follow = nsid in config.follow_nsids
+    is_target = nsid in config.target_nsids
+    if event.operation == "delete":
+        if prior is None:
+            return False
+        records.delete(coll, uri)
+        if is_target:
+            fanout.remove_target(uri)
+        if is_follow:
+            subject = _subject(prior[1])
+            if subject:
+                fanout.follow_deleted(config, nsid, event.did, subject)
+        return True
+    if prior is not None and prior[0] == event.cid:
+        return False
+    time_us = records.record_time_us(event.record, event.time_us)
+    records.store(coll, uri=uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
+                  time_us=time_us)
+    if is_target:
+        fanout.fan_out_target(config, nsid, event.did, uri, time_us, updated=prior is not None, now=now)
+    if is_follow and event.operation == "create" and prior is None:
+        subject = _subject(event.record)
+        if subject:
+            fanout.follow_created(config, nsid, event.did, subject)
+    return True
+
+
+def mark_dirty() -> None:
+    """One primary-key write, and only on the 0 → 1 edge, so busy batches do not churn the row."""
+    db.execute_sql("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
+
+
+def apply_batch(config: FeedsConfig, events) -> int:
+    """The engine's handler for the "global" subscription. Returns how many events changed rows."""
+    schema.ensure(config)
+    changed = 0
+    mutating = False
+    for event in events:
+        if not isinstance(event, CommitEvent):
+            continue
+        if apply_event(config, event):
+            changed += 1
+            mutating = mutating or event.collection in config.feed_mutating_nsids
+    if mutating:
+        mark_dirty()
+    return changed
+
+
+def handler(config: FeedsConfig):
+    def apply(events) -> None:
+        apply_batch(config, events)
+    return apply
+

@@ -1,0 +1,88 @@
+"""Service auth for getFeed (FEED_SERVICE_AUTH=1): an atproto inter-service JWT from the reader.
+
+The reader's PDS mints it (`com.atproto.server.getServiceAuth`) and signs it with the account's
+`#atproto` key: header {typ: JWT, alg: ES256 | ES256K}, claims {iss, aud, exp, lxm, iat, jti}.
+We check the signature against the key in the issuer's DID document (P-256 or secp256k1,
+low-S, raw r||s), `aud` = our service DID, `lxm` = `<namespace>.getFeed`, expiry, and the
+caller then checks that the issuer is the `actor` (403 otherwise). Failures answer 401 with a
+WWW-Authenticate header, so a client knows to fetch a token.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+from feather.atproto import crypto
+from feather.atproto.syntax import is_valid_did
+from feather.errors import ApiError
+
+CLOCK_SKEW_SECS = 30
+# Tokens of other kinds that share the JWT form must never pass as service auth.
+_REFUSED_TYPES = {"at+jwt", "refresh+jwt", "dpop+jwt"}
+_ALG_CURVE = {"ES256": "secp256r1", "ES256K": "secp256k1"}
+
+
+class AuthError(ApiError):
+    """A 401 that carries a WWW-Authenticate challenge (see init_errors)."""
+
+    def __init__(self, error: str, message: str):
+        super().__init__(401, error, message)
+        self.challenge = f'Bearer error="{"invalid_token" if error != "AuthMissing" else "invalid_request"}"'
+
+
+def _b64(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def verify(token: str, *, audience: str, method: str, key_of, now: float | None = None) -> str:
+    """The issuer DID of a valid token; raises AuthError otherwise. key_of(did) -> public key | None."""
+    now = time.time() if now is None else now
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise AuthError("BadJwt", "The service-auth token is not a JWT.")
+    try:
+        header, claims, signature = json.loads(_b64(parts[0])), json.loads(_b64(parts[1])), _b64(parts[2])
+    except (ValueError, UnicodeDecodeError):
+        raise AuthError("BadJwt", "The service-auth token does not decode.") from None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        raise AuthError("BadJwt", "The service-auth token does not decode.")
+    alg = header.get("alg")
+    if alg not in _ALG_CURVE or header.get("typ") in _REFUSED_TYPES:
+        raise AuthError("BadJwt", "The service-auth token must be an ES256 or ES256K JWT.")
+    issuer = claims.get("iss")
+    issuer = issuer.split("#", 1)[0] if isinstance(issuer, str) else None
+    if not is_valid_did(issuer):
+        raise AuthError("BadJwt", "The service-auth token has no issuer DID.")
+    if claims.get("aud") != audience:
+        raise AuthError("BadJwtAudience", "The service-auth token is not meant for this service.")
+    if claims.get("lxm") != method:
+        raise AuthError("BadJwtLexiconMethod", f"The service-auth token is not scoped to {method}.")
+    exp = claims.get("exp")
+    if not isinstance(exp, (int, float)) or isinstance(exp, bool) or exp + CLOCK_SKEW_SECS < now:
+        raise AuthError("JwtExpired", "The service-auth token has expired.")
+    key = key_of(issuer)
+    if key is None:
+        raise AuthError("BadJwtSignature", "The issuer's signing key could not be resolved.")
+    if key.curve.name != _ALG_CURVE[alg]:
+        raise AuthError("BadJwtSignature", "The token's algorithm does not match the issuer's key.")
+    if not crypto.verify_signature(key, f"{parts[0]}.{parts[1]}".encode(), signature):
+        raise AuthError("BadJwtSignature", "The service-auth token's signature is invalid.")
+    return issuer
+
+
+def verify_request(authorization: str | None, config, settings, sources) -> str:
+    if not authorization or not authorization.startswith("Bearer "):
+        raise AuthError("AuthMissing", "getFeed needs a service-auth token (Authorization: Bearer …).")
+    return verify(authorization[len("Bearer "):].strip(), audience=settings.featherreader_feed_service_did,
+                  method=f"{config.namespace}.getFeed", key_of=sources.signing_key)
+
+
+def init_errors(bp) -> None:
+    from feather.errors import error_response
+
+    @bp.errorhandler(AuthError)
+    def _auth_error(exc: AuthError):
+        response = error_response(exc.status, exc.message, exc.error)
+        response.headers["WWW-Authenticate"] = exc.challenge
+        return response

@@ -1,0 +1,189 @@
+"""First read of an (actor, feed): claim, then fill the feed in the background (Contrail §5).
+
+The request never waits: it claims feed_backfills and spawns a greenlet. The greenlet lists the
+actor's follow records from their PDS (through FeedSources; no fan-out, never overwriting what
+the stream stored), then bootstraps the feed from target records already stored, trims it to
+the cap, and marks the claim complete only if the listing finished. A failed or cut-short
+attempt records the error and frees the claim: the first BACKFILL_MAX_RETRIES retries happen on
+the next read; after that the claim stays stamped so at most one attempt per BACKFILL_STALE_MS.
+A claim older than BACKFILL_STALE_MS is taken to be dead (a crashed process) and re-claimed.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+
+import gevent
+
+from feather.db import current_dialect, db
+from feather.feeds import prune, records
+from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.schema import subject_expr
+from feather.feeds.sources import SourceError, sources_for
+
+log = logging.getLogger(__name__)
+
+BACKFILL_TIMEOUT_S = 30.0
+BACKFILL_MAX_RETRIES = 3
+BACKFILL_STALE_MS = 5 * 60 * 1000
+WRITE_CHUNK = 100
+_GREENLETS = "feeds_backfill_greenlets"
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def claim(actor: str, feed: str, now: int) -> bool:
+    """True when this caller now owns the backfill of (actor, feed) and must run it."""
+    row = db.execute_sql(_q("SELECT completed, started_at FROM feed_backfills WHERE actor = ? AND feed = ?"),
+                         (actor, feed)).fetchone()
+    if row is None:
+        cur = db.execute_sql(_q("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
+                                " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING"), (actor, feed, now))
+        return cur.rowcount == 1
+    completed, started_at = row
+    if completed:
+        return False
+    if started_at is not None and now - started_at < BACKFILL_STALE_MS:
+        return False  # in flight (or resting after repeated failures)
+    # Compare-and-set on the value we read, so two readers cannot both take a stale claim.
+    cur = db.execute_sql(_q("UPDATE feed_backfills SET started_at = ? WHERE actor = ? AND feed = ? AND completed = 0"
+                            " AND " + ("started_at IS NULL" if started_at is None else "started_at = ?")),
+                         (now, actor, feed) + (() if started_at is None else (started_at,)))
+    return cur.rowcount == 1
+
+
+def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str) -> gevent.Greenlet | None:
+    with db.atomic():
+        claimed = claim(actor, feed.name, now_ms())
+    if not claimed:
+        return None
+    greenlet = gevent.spawn(run, app, config, feed, actor)
+    running = [g for g in app.extensions.get(_GREENLETS, []) if not g.dead]
+    app.extensions[_GREENLETS] = running + [greenlet]
+    return greenlet
+
+
+def join_all(app, timeout: float = 30.0) -> None:
+    """Wait for in-process backfills (tests, graceful shutdown)."""
+    gevent.joinall(app.extensions.get(_GREENLETS, []), timeout=timeout)
+
+
+def run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
+    """The background body; returns whether the backfill completed."""
+    with app.app_context(), db.connection_context():
+        try:
+            return _run(app, config, feed, actor)
+        except Exception as exc:  # never leave a claim stuck on an unexpected bug
+            log.exception("feeds: backfill of %s/%s failed", actor, feed.name)
+            with db.atomic():
+                _fail(actor, feed.name, f"{type(exc).__name__}: {exc}")
+            return False
+
+
+def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
+    follow = config.collections[feed.follow]
+    deadline = time.monotonic() + BACKFILL_TIMEOUT_S
+    inserted, error, finished = 0, None, False
+    chunk: list = []
+    try:
+        listing = sources_for(app).list_follows(actor, follow.nsid, deadline)
+        for item in listing:  # network I/O happens here, outside any transaction
+            chunk.append(item)
+            if len(chunk) >= WRITE_CHUNK:
+                inserted += _store(follow, actor, chunk)
+                chunk = []
+            if time.monotonic() > deadline:
+                raise SourceError(f"follow listing exceeded {BACKFILL_TIMEOUT_S:.0f}s")
+        finished = True
+    except SourceError as exc:
+        error = str(exc) or type(exc).__name__
+    inserted += _store(follow, actor, chunk)
+    with db.atomic():
+        bootstrap(config, feed, actor)
+        if finished:
+            db.execute_sql(_q("UPDATE feed_backfills SET completed = 1, last_error = NULL, started_at = NULL"
+                              " WHERE actor = ? AND feed = ?"), (actor, feed.name))
+        else:
+            _fail(actor, feed.name, f"follow backfill incomplete (inserted={inserted}): {error}")
+    return finished
+
+
+def _fail(actor: str, feed: str, message: str) -> None:
+    db.execute_sql(_q(
+        "UPDATE feed_backfills SET retries = retries + 1, last_error = ?,"
+        " started_at = CASE WHEN retries + 1 >= ? THEN ? ELSE NULL END WHERE actor = ? AND feed = ?"),
+        (message[:1000], BACKFILL_MAX_RETRIES, now_ms(), actor, feed))
+
+
+def _store(follow, actor: str, items: list) -> int:
+    if not items:
+        return 0
+    now = records.now_us()
+    count = 0
+    with db.atomic():
+        for rkey, cid, record in items:
+            if not isinstance(record, dict) or not isinstance(rkey, str):
+                continue
+            count += records.store_if_absent(
+                follow, uri=f"at://{actor}/{follow.nsid}/{rkey}", did=actor, rkey=rkey, cid=cid,
+                record=record, time_us=records.record_time_us(record, now))
+    return count
+
+
+def followees_sql(config: FeedsConfig, feed: Feed):
+    follow = config.collections[feed.follow].table
+    return f"SELECT DISTINCT {subject_expr('f')} FROM {follow} f WHERE f.did = ?"
+
+
+def newest_sql(table: str):
+    return f"SELECT r.uri, r.time_us FROM {table} r WHERE r.did = ? ORDER BY r.time_us DESC, r.uri ASC LIMIT ?"
+
+
+def bootstrap(config: FeedsConfig, feed: Feed, actor: str) -> int:
+    """Fill the feed with the newest cap records by everyone the actor follows, then trim.
+
+    Each followee's newest `cap` come off its (did, time_us) index and are merged here, so the
+    cost is followees × cap index reads instead of sorting every record they ever wrote.
+    """
+    d = current_dialect()
+    followees = [row[0] for row in db.execute_sql(d.q(followees_sql(config, feed)), (actor,)).fetchall()
+                 if isinstance(row[0], str) and row[0].startswith("did:")]
+    added = 0
+    for target in feed.targets:
+        table = config.collections[target.short].table
+        best: list = []
+        for did in followees:
+            for uri, time_us in db.execute_sql(d.q(newest_sql(table)), (did, target.cap)).fetchall():
+                entry = (time_us, _Desc(uri))
+                if len(best) < target.cap:
+                    heapq.heappush(best, entry)
+                elif entry > best[0]:
+                    heapq.heapreplace(best, entry)
+        for time_us, uri in best:
+            added += db.execute_sql(d.q("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                                        " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                                    (actor, uri.value, target.nsid, time_us)).rowcount
+    caps = config.target_caps()  # the global prune's caps: never trim below another feed's
+    prune.prune_actor(actor, {t.nsid: caps[t.nsid] for t in feed.targets})
+    return added
+
+
+class _Desc:
+    """Orders URIs descending so the heap keeps (newest time, smallest uri) like the read order."""
+    __slots__ = ("value",)
+
+    def __init__(self, value: str):
+        self.value = value
+
+    def __lt__(self, other: "_Desc") -> bool:
+        return self.value > other.value
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Desc) and self.value == other.value

@@ -1,0 +1,51 @@
+"""The opaque keyset cursor: base64url (no padding) of UTF-8 JSON `{"t","u","v"?,"k"}` (Contrail).
+
+`t` is the record's time_us, `u` its URI (the tie-break that keeps tied timestamps from being
+dropped or repeated), `v` the sort value for a field sort, `k` the sort kind. A cursor that does
+not decode, or whose kind is not the current sort's, is ignored: the caller gets page one.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MAX_CURSOR_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class Cursor:
+    t: int
+    u: str
+    k: str
+    v: Any = None
+    has_v: bool = False
+
+
+def encode(t: int, u: str, k: str, v: Any = None, with_v: bool = False) -> str:
+    body: dict[str, Any] = {"t": t, "u": u}
+    if with_v:
+        body["v"] = v
+    body["k"] = k
+    raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode(text: str | None, kind: str) -> Cursor | None:
+    if not text or len(text) > MAX_CURSOR_CHARS:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        body = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict) or body.get("k") != kind:
+        return None
+    t, u = body.get("t"), body.get("u")
+    if not isinstance(t, int) or isinstance(t, bool) or not isinstance(u, str):
+        return None
+    v = body.get("v")
+    if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
+        return None
+    return Cursor(t, u, kind, v, "v" in body)

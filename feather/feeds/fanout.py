@@ -1,0 +1,116 @@
+"""Fan-out statements, run in the ingest transaction right after the record write.
+
+Each statement is built by a `*_sql` function returning (sql, params) so the EXPLAIN guardrail
+test (tests/test_feeds_explain.py) checks exactly the SQL that runs. Every one is bounded by an
+index: the follow table's subject index, feed_items' primary key or its uri index, or a
+target's (did, time_us) index.
+"""
+from __future__ import annotations
+
+from feather.db import current_dialect, db
+from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.schema import subject_expr
+
+
+def _run(stmt: tuple[str, tuple]) -> int:
+    sql, params = stmt
+    return db.execute_sql(current_dialect().q(sql), params).rowcount
+
+
+# --- target create/update -------------------------------------------------------------------
+
+def target_insert_sql(config: FeedsConfig, feed: Feed, nsid: str, author: str, uri: str, time_us: int):
+    """One row per follower of the author, in one statement; no follower cap (Contrail)."""
+    follow = config.collections[feed.follow].table
+    return (f"INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT r.did, ?, ?, ? FROM {follow} r WHERE {subject_expr('r')} = ?"
+            f" ON CONFLICT DO NOTHING", (uri, nsid, time_us, author))
+
+
+def follower_probe_sql(config: FeedsConfig, feed: Feed, author: str, limit: int):
+    """Count followers up to limit+1 only: deciding "above fanoutMaxFollowers" must stay bounded."""
+    follow = config.collections[feed.follow].table
+    return (f"SELECT count(*) FROM (SELECT 1 FROM {follow} r WHERE {subject_expr('r')} = ? LIMIT ?) t",
+            (author, limit + 1))
+
+
+def resync_time_sql(uri: str, time_us: int):
+    """An update that moved the record's time keeps every feed row's sort key equal to it."""
+    return ("UPDATE feed_items SET time_us = ? WHERE uri = ? AND time_us <> ?", (time_us, uri, time_us))
+
+
+def mark_heavy_sql(feed: Feed, author: str, now: int):
+    return ("INSERT INTO feed_heavy_authors (feed, did, since_us) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            (feed.name, author, now))
+
+
+def fan_out_target(config: FeedsConfig, nsid: str, author: str, uri: str, time_us: int, *,
+                   updated: bool, now: int) -> int:
+    inserted = 0
+    for feed in config.feeds.values():
+        if not any(t.nsid == nsid for t in feed.targets):
+            continue
+        if feed.fanout_max_followers is not None:
+            sql, params = follower_probe_sql(config, feed, author, feed.fanout_max_followers)
+            followers = db.execute_sql(current_dialect().q(sql), params).fetchone()[0]
+            if followers > feed.fanout_max_followers:
+                # Hybrid: readers merge this author's posts from the records store instead.
+                _run(mark_heavy_sql(feed, author, now))
+                continue
+        inserted += _run(target_insert_sql(config, feed, nsid, author, uri, time_us))
+    if updated:
+        _run(resync_time_sql(uri, time_us))
+    return inserted
+
+
+# --- target delete --------------------------------------------------------------------------
+
+def target_delete_sql(uri: str):
+    return ("DELETE FROM feed_items WHERE uri = ?", (uri,))
+
+
+def remove_target(uri: str) -> int:
+    return _run(target_delete_sql(uri))
+
+
+# --- follow create / delete -----------------------------------------------------------------
+
+def follow_backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, follower: str, subject: str):
+    """The subject's newest `followBackfill` records (never more than the target's cap)."""
+    target = feed.targets[target_index]
+    table = config.collections[target.short].table
+    n = min(feed.follow_backfill, target.cap)
+    return (f"INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT ?, r.uri, ?, r.time_us FROM {table} r WHERE r.did = ?"
+            f" ORDER BY r.time_us DESC, r.uri ASC LIMIT ? ON CONFLICT DO NOTHING",
+            (follower, target.nsid, subject, n))
+
+
+def unfollow_sql(follower: str, subject: str, nsid: str):
+    """The subject's rows leave the follower's feed: a primary-key range on (actor, uri prefix).
+
+    Bounded by the follower's own feed, not by how much the subject ever posted. `0` is the
+    byte after `/`, and both columns compare byte-wise (d.byte_text).
+    """
+    prefix = f"at://{subject}/{nsid}/"
+    return ("DELETE FROM feed_items WHERE actor = ? AND uri >= ? AND uri < ?",
+            (follower, prefix, prefix[:-1] + "0"))
+
+
+def follow_created(config: FeedsConfig, follow_nsid: str, follower: str, subject: str) -> int:
+    inserted = 0
+    for feed in config.feeds.values():
+        if config.collections[feed.follow].nsid != follow_nsid:
+            continue
+        for i in range(len(feed.targets)):
+            inserted += _run(follow_backfill_sql(config, feed, i, follower, subject))
+    return inserted
+
+
+def follow_deleted(config: FeedsConfig, follow_nsid: str, follower: str, subject: str) -> int:
+    removed = 0
+    nsids = {t.nsid for f in config.feeds.values()
+             if config.collections[f.follow].nsid == follow_nsid for t in f.targets}
+    for nsid in sorted(nsids):
+        removed += _run(unfollow_sql(follower, subject, nsid))
+    return removed

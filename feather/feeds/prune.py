@@ -1,0 +1,163 @@
+"""Pruning (spec "Pruning"): keep the newest cap rows per (actor, target), in bounded slices.
+
+How "a tick applied a feed-mutating record" reaches the sweep: apply_batch sets
+feed_prune_state.dirty in the batch's own transaction (one primary-key row, written only on the
+0→1 edge), and the `feeds-prune` job reads it every PRUNE_TICK_SECS. So the ingest transaction
+never pays for a sweep, a crash between batch and sweep loses nothing (the flag is durable),
+the sweep runs at most one slice per 10 s however busy the stream is, and the same job also
+serves the recovery timer on an idle stream. Every statement here is index-bounded
+(feed_items' primary key and (actor, collection, time_us) index; see test_feeds_explain.py).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from feather.db import current_dialect, db
+from feather.feeds.config import FeedsConfig
+
+log = logging.getLogger(__name__)
+
+SWEEP_BATCH_ACTORS = 50  # actors per write transaction, so ingest never waits on a whole slice
+RECOVERY_PAGE = 200  # Contrail's FEED_PRUNE_RECOVERY_BATCH, for the full-table prune_all
+SLICE_MIN_INTERVAL_MS = 10_000  # Contrail's FEED_SWEEP_INTERVAL_MS
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    pruned: int
+    next_cursor: str | None
+    done: bool
+
+
+@dataclass(frozen=True)
+class PruneState:
+    cursor: str | None
+    dirty: bool
+    last_full_pass_ms: int
+    last_slice_ms: int
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+def cutoff_delete_sql(actor: str, nsid: str, cap: int):
+    """Contrail's actorCutoffDelete: rows older than the cap-th newest go; ties with it stay."""
+    return ("DELETE FROM feed_items WHERE actor = ? AND collection = ? AND time_us < ("
+            "SELECT time_us FROM feed_items WHERE actor = ? AND collection = ?"
+            " ORDER BY time_us DESC LIMIT 1 OFFSET ?)",
+            (actor, nsid, actor, nsid, max(0, cap - 1)))
+
+
+def actors_page_sql(cursor: str | None, budget: int):
+    if cursor is None:
+        return "SELECT DISTINCT actor FROM feed_items ORDER BY actor LIMIT ?", (budget,)
+    return "SELECT DISTINCT actor FROM feed_items WHERE actor > ? ORDER BY actor LIMIT ?", (cursor, budget)
+
+
+def prune_actor(actor: str, caps: dict[str, int]) -> int:
+    """Contrail's pruneActorFeed: the number of rows deleted for this actor."""
+    deleted = 0
+    for nsid, cap in sorted(caps.items()):
+        sql, params = cutoff_delete_sql(actor, nsid, cap)
+        deleted += db.execute_sql(_q(sql), params).rowcount
+    return deleted
+
+
+def sweep(caps: dict[str, int], cursor: str | None, budget: int) -> SweepResult:
+    """Contrail's sweepFeedItems: up to `budget` actors after `cursor`; a full page is not done."""
+    if not caps or budget <= 0:
+        return SweepResult(0, None, True)
+    sql, params = actors_page_sql(cursor, budget)
+    actors = [row[0] for row in db.execute_sql(_q(sql), params).fetchall()]
+    if not actors:
+        return SweepResult(0, None, True)
+    pruned = 0
+    for start in range(0, len(actors), SWEEP_BATCH_ACTORS):
+        with db.atomic():
+            for actor in actors[start:start + SWEEP_BATCH_ACTORS]:
+                pruned += prune_actor(actor, caps)
+    done = len(actors) < budget
+    return SweepResult(pruned, None if done else actors[-1], done)
+
+
+def prune_all(caps: dict[str, int]) -> int:
+    """Contrail's pruneFeedItems: every actor, for recovery and admin use (not the hot path)."""
+    total, cursor = 0, None
+    while True:
+        result = sweep(caps, cursor, RECOVERY_PAGE)
+        total += result.pruned
+        if result.done:
+            return total
+        cursor = result.next_cursor
+
+
+# --- the persisted state ----------------------------------------------------------------------
+
+def load_state() -> PruneState:
+    row = db.execute_sql(
+        "SELECT actor, dirty, last_full_pass_ms, last_slice_ms FROM feed_prune_state WHERE id = 1").fetchone()
+    return PruneState(row[0], bool(row[1]), int(row[2]), int(row[3]))
+
+
+def save_cursor(cursor: str | None) -> None:
+    """Saving None clears the cursor (the next slice starts a pass from the first actor)."""
+    db.execute_sql(_q("UPDATE feed_prune_state SET actor = ? WHERE id = 1"), (cursor,))
+
+
+def run_slice(caps: dict[str, int], budget: int) -> SweepResult:
+    """Contrail's runFeedPruneSlice: load the cursor, sweep one slice, save where it stopped."""
+    result = sweep(caps, load_state().cursor, budget)
+    with db.atomic():
+        save_cursor(result.next_cursor)
+    return result
+
+
+def run_gated_prune(config: FeedsConfig, settings, feed_touched: bool, now_ms: int) -> SweepResult | None:
+    """Contrail's runGatedFeedPrune: a slice if this tick touched a feed or a recovery pass is due."""
+    caps = config.target_caps()
+    if not caps:
+        return None
+    state = load_state()
+    due = now_ms - state.last_full_pass_ms >= settings.feed_prune_recovery_interval_ms
+    if not feed_touched and not due:
+        return None
+    return _slice_and_stamp(caps, settings, now_ms)
+
+
+def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int) -> SweepResult:
+    result = run_slice(caps, settings.feed_prune_sweep_actors)
+    with db.atomic():
+        db.execute_sql(_q("UPDATE feed_prune_state SET last_slice_ms = ? WHERE id = 1"), (now_ms,))
+        if result.done:
+            # The recovery clock measures from the last *completed* full pass, not the last slice.
+            db.execute_sql(_q("UPDATE feed_prune_state SET last_full_pass_ms = ? WHERE id = 1"), (now_ms,))
+    return result
+
+
+def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> SweepResult | None:
+    """The scheduled tick (every 10 s): one slice when the stream dirtied a feed at least 10 s
+    after the last slice, or when a recovery pass is due (also on an idle stream); else nothing."""
+    from feather.feeds import schema
+
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    caps = config.target_caps()
+    if not caps:
+        return None
+    schema.ensure(config)
+    with db.atomic():
+        state = load_state()
+        dirty_due = state.dirty and now_ms - state.last_slice_ms >= SLICE_MIN_INTERVAL_MS
+        recovery_due = now_ms - state.last_full_pass_ms >= settings.feed_prune_recovery_interval_ms
+        if not (dirty_due or recovery_due):
+            return None
+        if dirty_due:
+            # Cleared before the slice: a batch committing meanwhile sets it again for the next tick.
+            db.execute_sql("UPDATE feed_prune_state SET dirty = 0 WHERE id = 1")
+    result = _slice_and_stamp(caps, settings, now_ms)
+    if result.pruned:
+        log.info("feeds prune: %d rows over cap deleted (pass %s)", result.pruned,
+                 "complete" if result.done else f"continues after {result.next_cursor}")
+    return result

@@ -1,0 +1,159 @@
+"""The listRecords pipeline shared by listRecords and getFeed: filters, sort, keyset, format.
+
+SQL is assembled only from the config (table names, validated queryable paths) and fixed
+fragments; every request value travels as a bound parameter. A feed read is the same pipeline
+over another source: feed_items joined to the target's records (plus, for hybrid feeds, the
+heavy authors' records merged at read time; see hybrid.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from feather.db import current_dialect, db
+from feather.feeds import cursor as cursors
+from feather.feeds import records
+from feather.feeds.config import Collection, FeedsConfig, Queryable
+
+DEFAULT_LIMIT, MAX_LIMIT = 50, 200
+
+
+@dataclass
+class Source:
+    """Where candidate rows come from; `r` is always the target's records table."""
+    from_sql: str
+    from_params: list = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+    where_params: list = field(default_factory=list)
+    t: str = "r.time_us"  # the time sort key (indexed on the source's driving table)
+    u: str = "r.uri"
+
+
+def collection_source(c: Collection, author: str | None = None) -> Source:
+    source = Source(f"FROM {c.table} r")
+    if author is not None:
+        source.where.append("r.did = ?")
+        source.where_params.append(author)
+    return source
+
+
+def feed_source(actor: str, target_nsid: str, c: Collection) -> Source:
+    """feed_items drives: its (actor, collection, time_us, uri) index yields rows in page order."""
+    return Source(f"FROM feed_items f JOIN {c.table} r ON r.uri = f.uri",
+                  where=["f.actor = ?", "f.collection = ?"], where_params=[actor, target_nsid],
+                  t="f.time_us", u="f.uri")
+
+
+def parse_limit(raw: str | None) -> int:
+    try:
+        value = int(raw) if raw is not None else DEFAULT_LIMIT
+    except ValueError:
+        return DEFAULT_LIMIT
+    return max(1, min(MAX_LIMIT, value))
+
+
+def _field_expr(q: Queryable) -> str:
+    return current_dialect().json_path_text("r.record", q.path)
+
+
+def _filters(c: Collection, params: Mapping[str, str]) -> tuple[list[str], list]:
+    where, values = [], []
+    for q in c.queryable.values():  # only configured fields: request keys are never interpolated
+        expr = _field_expr(q)
+        if q.range:
+            for suffix, op in (("Min", ">="), ("Max", "<=")):
+                value = params.get(q.param + suffix)
+                if value is not None:
+                    where.append(f"{expr} {op} ?")
+                    values.append(value)
+        else:
+            value = params.get(q.param)
+            if value is not None:
+                where.append(f"{expr} = ?")
+                values.append(value)
+    return where, values
+
+
+def _sort(c: Collection, params: Mapping[str, str]) -> tuple[Queryable | None, str]:
+    q = c.queryable.get(params.get("sort") or "")
+    order = params.get("order")
+    if q is None:
+        return None, "desc"
+    default = "desc" if q.range else "asc"
+    return q, order if order in ("asc", "desc") else default
+
+
+def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: Source) -> dict:
+    d = current_dialect()
+    limit = parse_limit(params.get("limit"))
+    where, values = list(source.where), list(source.where_params)
+    fw, fv = _filters(c, params)
+    where += fw
+    values += fv
+    sort_field, direction = _sort(c, params)
+    kind = f"field:{sort_field.param}" if sort_field else "time"
+    cur = cursors.decode(params.get("cursor"), kind)
+    t, u = source.t, source.u
+    tie = f"({t} < ? OR ({t} = ? AND {u} > ?))"
+    if sort_field is None:
+        order_by = f"{t} DESC, {u} ASC"
+        if cur:
+            where.append(tie)
+            values += [cur.t, cur.t, cur.u]
+    else:
+        expr = _field_expr(sort_field)
+        order_by = f"{expr} {direction.upper()} NULLS LAST, {t} DESC, {u} ASC"
+        if cur:
+            if cur.v is None:
+                where.append(f"({expr} IS NULL AND {tie})")
+                values += [cur.t, cur.t, cur.u]
+            else:
+                beyond = "<" if direction == "desc" else ">"
+                where.append(f"({expr} {beyond} ? OR ({expr} = ? AND {tie}) OR {expr} IS NULL)")
+                values += [cur.v, cur.v, cur.t, cur.t, cur.u]
+    sql = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
+           + (f", {_field_expr(sort_field)}" if sort_field else "")
+           + f" {source.from_sql}" + (f" WHERE {' AND '.join(where)}" if where else "")
+           + f" ORDER BY {order_by} LIMIT ?")
+    rows = db.execute_sql(d.q(sql), source.from_params + values + [limit]).fetchall()
+    out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
+    if len(rows) == limit:
+        last = rows[-1]
+        out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if sort_field else None,
+                                       with_v=sort_field is not None)
+    if params.get("profiles") == "true":
+        out["profiles"] = profiles(config, [row[2] for row in rows])
+    return out
+
+
+def format_record(c: Collection, row) -> dict:
+    uri, cid, did, rkey, text, time_us = row[:6]
+    return {"uri": uri, "cid": cid, "did": did, "collection": c.nsid, "rkey": rkey,
+            "time_us": time_us, "value": records.parse_value(text)}
+
+
+def get_record(c: Collection, uri: str) -> dict | None:
+    row = db.execute_sql(current_dialect().q(
+        f"SELECT uri, cid, did, rkey, record, time_us FROM {c.table} WHERE uri = ?"), (uri,)).fetchone()
+    return format_record(c, row) if row else None
+
+
+def profiles(config: FeedsConfig, dids: list[str], handle_of=None) -> list[dict]:
+    """One entry per (DID × configured profile NSID) from the records store; `{did, handle}` if none."""
+    out, seen = [], set()
+    for did in dids:
+        if did in seen:
+            continue
+        seen.add(did)
+        handle = handle_of(did) if handle_of else None
+        found = False
+        for nsid in config.profiles:
+            c = config.by_nsid(nsid)
+            rec = get_record(c, f"at://{did}/{nsid}/self") if c else None
+            if rec:
+                found = True
+                out.append({"did": did, "handle": handle, "uri": rec["uri"], "cid": rec["cid"],
+                            "collection": nsid, "rkey": rec["rkey"], "value": rec["value"]})
+        if not found:
+            out.append({"did": did, "handle": handle})
+    return out

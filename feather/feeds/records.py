@@ -1,0 +1,90 @@
+"""The records store: one table per configured collection, written by ingest and backfill."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from feather.atproto.syntax import InvalidSyntax, parse_datetime
+from feather.db import current_dialect, db
+from feather.feeds.config import Collection
+
+_arrival_lock = threading.Lock()
+_last_arrival = 0
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def next_arrival() -> int:
+    """A strictly increasing stamp for this process: the order records were stored in.
+
+    Hybrid fan-out compares a post's arrival with the follow's to decide whether live fan-out
+    would have copied it, so two stores in one microsecond must still be ordered.
+    """
+    global _last_arrival
+    with _arrival_lock:
+        _last_arrival = max(now_us(), _last_arrival + 1)
+        return _last_arrival
+
+
+def record_time_us(record: dict | None, source_time_us: int) -> int:
+    """min(createdAt, source time): a backdated record sorts by its claim, a future-dated one by arrival."""
+    created = record.get("createdAt") if isinstance(record, dict) else None
+    if isinstance(created, str):
+        try:
+            stamp = parse_datetime(created)
+        except (InvalidSyntax, ValueError, OverflowError):
+            return source_time_us
+        claimed = int(stamp.timestamp()) * 1_000_000 + stamp.microsecond
+        return min(claimed, source_time_us)
+    return source_time_us
+
+
+def load(c: Collection, uri: str) -> tuple[str | None, str | None, int] | None:
+    """(cid, record JSON text, time_us) of a stored record, or None."""
+    d = current_dialect()
+    row = db.execute_sql(d.q(f"SELECT cid, record, time_us FROM {c.table} WHERE uri = ?"), (uri,)).fetchone()
+    return (row[0], row[1], row[2]) if row else None
+
+
+def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
+          time_us: int) -> None:
+    d = current_dialect()
+    db.execute_sql(
+        d.q(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid, record = excluded.record,"
+            " time_us = excluded.time_us, indexed_at = excluded.indexed_at, arrival = excluded.arrival"),
+        (uri, did, rkey, cid, json.dumps(record, separators=(",", ":"), ensure_ascii=False),
+         time_us, now_us(), next_arrival()),
+    )
+
+
+def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict,
+                    time_us: int) -> bool:
+    """Backfill's write: never overwrite what the live stream stored. True if inserted."""
+    d = current_dialect()
+    cur = db.execute_sql(
+        d.q(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING"),
+        (uri, did, rkey, cid, json.dumps(record, separators=(",", ":"), ensure_ascii=False),
+         time_us, now_us(), next_arrival()),
+    )
+    return cur.rowcount > 0
+
+
+def delete(c: Collection, uri: str) -> None:
+    d = current_dialect()
+    db.execute_sql(d.q(f"DELETE FROM {c.table} WHERE uri = ?"), (uri,))
+
+
+def parse_value(text: str | None):
+    """The record JSON as stored; invalid JSON comes back as the raw string (Contrail's formatRecord)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -1,0 +1,71 @@
+"""The per-collection records tables, created from the feeds config on first use.
+
+They depend on the operator's TOML (one `feed_records_<short>` per collection), so a numbered
+migration cannot name them. `ensure()` runs idempotent `CREATE … IF NOT EXISTS` once per
+database object and process; on PostgreSQL a transaction-scoped advisory lock keeps two
+processes from racing on the catalog. Renaming a short name starts an empty table.
+"""
+from __future__ import annotations
+
+from feather.db import current_dialect, db
+from feather.feeds.config import Collection, FeedsConfig
+
+_PG_DDL_LOCK_KEY = 0x6665617468657210
+_MARK = "_feather_feeds_schema"
+
+
+def subject_expr(alias: str = "r") -> str:
+    """The follow record's `$.subject`, written exactly as the index is (so the planner uses it)."""
+    return current_dialect().json_text(f"{alias}.record" if alias else "record", "subject")
+
+
+def statements(config: FeedsConfig) -> list[str]:
+    d = current_dialect()
+    t = d.byte_text
+    out: list[str] = []
+    follows = {config.collections[f.follow].short for f in config.feeds.values()}
+    for c in config.collections.values():
+        out.append(
+            f"CREATE TABLE IF NOT EXISTS {c.table} ("
+            f" uri {t} PRIMARY KEY,"
+            f" did {t} NOT NULL,"
+            f" rkey TEXT NOT NULL,"
+            f" cid TEXT,"
+            f" record TEXT,"
+            f" time_us {d.bigint} NOT NULL,"
+            f" indexed_at {d.bigint} NOT NULL,"
+            f" arrival {d.bigint} NOT NULL)"
+        )
+        # Author's newest records: follow backfill, bootstrap, hybrid merge, listRecords?actor=.
+        out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_did_time ON {c.table} (did, time_us DESC)")
+        # listRecords over the whole collection, newest first with the uri tie-break.
+        out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_time ON {c.table} (time_us DESC, uri)")
+        if c.short in follows:
+            # The fan-out join: every follower of an author, covering (subject → did).
+            out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_subject ON {c.table} "
+                       f"({d.json_text('record', 'subject')}, did)")
+    return out
+
+
+def ensure(config: FeedsConfig) -> None:
+    """Create the records tables for this config if they are missing (cheap after the first call)."""
+    database = db.obj
+    signature = tuple(sorted((c.table, c.nsid) for c in config.collections.values()))
+    if getattr(database, _MARK, None) == signature:
+        return
+    d = current_dialect()
+    # Inside a caller's transaction (the ingest batch) a later rollback could undo the DDL, so
+    # only a standalone run may remember that the tables exist; nested runs just repeat the
+    # idempotent statements until a standalone one (a request, the prune job) marks them.
+    standalone = not db.in_transaction()
+    with db.atomic():
+        if not d.is_sqlite:
+            db.execute_sql(d.q("SELECT pg_advisory_xact_lock(?)"), (_PG_DDL_LOCK_KEY,))
+        for sql in statements(config):
+            db.execute_sql(sql)
+    if standalone:
+        setattr(database, _MARK, signature)
+
+
+def target_collection(config: FeedsConfig, nsid_or_short: str) -> Collection | None:
+    return config.collections.get(nsid_or_short) or config.by_nsid(nsid_or_short)

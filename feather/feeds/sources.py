@@ -1,0 +1,80 @@
+"""What feeds need from the network, as a small interface over feather/atproto.
+
+Production (AtprotoSources) resolves identities with feather.atproto.identity and lists repos
+with feather.atproto.pds, both over the guarded HTTP client. Tests and other deployments put
+their own object in `app.extensions["feeds_sources"]`.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Protocol
+
+from feather.atproto.syntax import is_valid_at_identifier, is_valid_did
+
+
+class SourceError(Exception):
+    """A lookup or listing failed (network, PDS error); the message is safe to store."""
+
+
+class FeedSources(Protocol):
+    def resolve_actor(self, identifier: str) -> str | None:
+        """A DID for a DID or handle, or None when it cannot be resolved."""
+
+    def list_follows(self, did: str, collection: str, deadline: float) -> Iterator[tuple[str, str | None, dict]]:
+        """(rkey, cid, record) of every record in did's repo collection, all pages, before deadline
+        (a time.monotonic() value). Raises SourceError when the listing cannot be finished."""
+
+    def signing_key(self, did: str):
+        """did's `#atproto` signing key (a cryptography EllipticCurvePublicKey), or None."""
+
+
+class AtprotoSources:
+    def __init__(self, app):
+        self.app = app
+
+    def _resolver(self):
+        from feather.atproto.identity import resolver_for
+
+        return resolver_for(self.app)
+
+    def resolve_actor(self, identifier: str) -> str | None:
+        from feather.atproto.identity import IdentityError
+        from feather.net import NetError
+
+        if not is_valid_at_identifier(identifier):
+            return None
+        try:
+            did = self._resolver().resolve_actor(identifier)
+        except (IdentityError, NetError):
+            return None
+        return did if is_valid_did(did) else None
+
+    def list_follows(self, did: str, collection: str, deadline: float):
+        from feather.atproto.identity import IdentityError, http_client_from_settings
+        from feather.atproto.pds import PdsClient, PdsError
+        from feather.net import NetError
+
+        try:
+            endpoint = self._resolver().pds_endpoint(did)
+            client = PdsClient(http_client_from_settings(self.app.config["FEATHER"]), endpoint)
+            for item in client.iter_records(did, collection, deadline=deadline):
+                uri, value = item.get("uri"), item.get("value")
+                if isinstance(uri, str) and isinstance(value, dict):
+                    yield uri.rsplit("/", 1)[-1], item.get("cid"), value
+        except (IdentityError, PdsError, NetError) as exc:
+            raise SourceError(f"{type(exc).__name__}: {exc}") from None
+
+    def signing_key(self, did: str):
+        from feather.atproto.identity import IdentityError
+        from feather.net import NetError
+
+        try:
+            return self._resolver().signing_key(did)
+        except (IdentityError, NetError):
+            return None
+
+
+def sources_for(app) -> FeedSources:
+    found = app.extensions.get("feeds_sources")
+    if found is None:
+        found = app.extensions["feeds_sources"] = AtprotoSources(app)
+    return found

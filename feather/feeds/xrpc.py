@@ -1,0 +1,109 @@
+"""XRPC: `{ns}.getFeed`, `{ns}.{short}.listRecords`, `{ns}.{short}.getRecord` (GET, JSON).
+
+The check order of getFeed is Contrail's (notes §4): params → feed → service auth → actor →
+issuer == actor → first-read backfill (never blocks) → collection → the listRecords pipeline.
+Rules are registered per method name (not a catch-all `/xrpc/<m>`) so other features can
+serve their own XRPC methods beside these.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify, request
+
+from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
+from feather.errors import ApiError
+from feather.feeds import backfill, hybrid, query, schema
+from feather.feeds.config import FeedsConfig
+from feather.feeds.sources import sources_for
+
+STRIPPED = ("feed", "actor", "collection")
+
+
+def _config() -> FeedsConfig:
+    config = current_app.extensions["feeds"]
+    schema.ensure(config)
+    return config
+
+
+def _resolve(identifier: str) -> str:
+    did = sources_for(current_app).resolve_actor(identifier)
+    if not did or not is_valid_did(did):
+        raise ApiError(400, "InvalidRequest", "Could not resolve actor")
+    return did
+
+
+def get_feed():
+    config = _config()
+    settings = current_app.config["FEATHER"]
+    feed_name, actor = request.args.get("feed"), request.args.get("actor")
+    if not feed_name or not actor:
+        raise ApiError(400, "InvalidRequest", "feed and actor parameters required")
+    feed = config.feeds.get(feed_name)
+    if feed is None:
+        raise ApiError(404, "UnknownFeed", "Unknown feed")
+    issuer = None
+    if settings.feed_service_auth:
+        from feather.feeds.auth import verify_request
+
+        issuer = verify_request(request.headers.get("Authorization"), config, settings,
+                                sources_for(current_app))
+    did = _resolve(actor)
+    if issuer is not None and issuer != did:
+        raise ApiError(403, "Forbidden", "feed actor must match the service-auth issuer")
+    backfill.maybe_start(current_app._get_current_object(), config, feed, did)
+    wanted = request.args.get("collection")
+    target = feed.targets[0]
+    if wanted:
+        matches = [t for t in feed.targets if wanted in (t.nsid, t.short)]
+        if not matches:
+            raise ApiError(400, "InvalidRequest", "Collection not in feed targets")
+        target = matches[0]
+    params = {k: v for k, v in request.args.items() if k not in STRIPPED}
+    collection = config.collections[target.short]
+    source = hybrid.feed_source(config, feed, target, did)
+    return jsonify(query.run(config, collection, params, source))
+
+
+def list_records(short: str):
+    config = _config()
+    collection = config.collections[short]
+    author = request.args.get("actor") or request.args.get("did")
+    did = _resolve(author) if author else None
+    params = {k: v for k, v in request.args.items() if k not in ("actor", "did")}
+    return jsonify(query.run(config, collection, params, query.collection_source(collection, did)))
+
+
+def get_record(short: str):
+    config = _config()
+    collection = config.collections[short]
+    raw = request.args.get("uri")
+    if not raw:
+        raise ApiError(400, "InvalidRequest", "uri parameter required")
+    try:
+        parsed = parse_at_uri(raw)
+    except InvalidSyntax:
+        parsed = None
+    if parsed is None or not parsed.collection or not parsed.rkey:
+        raise ApiError(400, "InvalidRequest", "uri must be at://<actor>/<collection>/<rkey>")
+    did = _resolve(parsed.did_or_handle)
+    found = None
+    if parsed.collection == collection.nsid:
+        found = query.get_record(collection, f"at://{did}/{parsed.collection}/{parsed.rkey}")
+    if found is None:
+        raise ApiError(404, "RecordNotFound", "Record not found")
+    return jsonify(found)
+
+
+def make_blueprint(config: FeedsConfig) -> Blueprint:
+    from feather.feeds.auth import init_errors
+
+    bp = Blueprint("feeds", __name__)
+    init_errors(bp)
+    ns = config.namespace
+    if config.feeds:
+        bp.add_url_rule(f"/xrpc/{ns}.getFeed", "get_feed", get_feed, methods=["GET"])
+    for short in config.collections:
+        bp.add_url_rule(f"/xrpc/{ns}.{short}.listRecords", f"list_records_{short}", list_records,
+                        methods=["GET"], defaults={"short": short})
+        bp.add_url_rule(f"/xrpc/{ns}.{short}.getRecord", f"get_record_{short}", get_record,
+                        methods=["GET"], defaults={"short": short})
+    return bp

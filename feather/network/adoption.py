@@ -1,0 +1,80 @@
+"""Capability 1: how many repos on the network hold rss subscription records (spec §4).
+
+One network_stat row per (key, relay): the count, whether the page cap made it a floor, and
+when. Never the DIDs: holding them would be a register of who uses an RSS reader, for a
+feature whose only output is an integer. A relay that fails keeps its previous row.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from feather.db import current_dialect, db
+from feather.network.relay import COLLECTION, AdoptionObservation, RelayClient, RelayError, RelayRateLimited
+
+log = logging.getLogger(__name__)
+
+KEY = "adoption.subscription"
+
+
+@dataclass(frozen=True)
+class Adoption:
+    repos: int
+    truncated: bool
+    observed_at: str  # the date shown on /about is the newest observation's
+
+
+def probe(http, hosts: list[str], *, sleep: Callable[[float], None] | None = None) -> list[AdoptionObservation]:
+    """Ask every relay; store and log each observation that completed. Never raises."""
+    done: list[AdoptionObservation] = []
+    for host in hosts:
+        client = RelayClient(http, host, **({"sleep": sleep} if sleep else {}))
+        try:
+            obs = client.count_repos_with_collection(COLLECTION)
+        except RelayRateLimited as exc:
+            log.warning("adoption probe: %s rate-limited us; run aborted, next try at the next interval "
+                        "(Retry-After: %s)", exc.source, exc.retry_after or "not given")
+            continue
+        except RelayError as exc:
+            log.warning("adoption probe: %s; keeping the previous observation", exc)
+            continue
+        log.info("adoption probe: key=%s source=%s repos=%d truncated=%s", KEY, obs.source, obs.repos,
+                 obs.truncated)
+        try:
+            with db.atomic():
+                save(obs)
+        except Exception as exc:  # the probe must never affect anything else
+            log.warning("adoption probe: could not store the %s observation: %s", obs.source, exc)
+            continue
+        done.append(obs)
+    counts = {o.source: o.repos for o in done}
+    if len(set(counts.values())) > 1:
+        log.info("adoption probe: relays disagree: %s", ", ".join(f"{s}={n}" for s, n in sorted(counts.items())))
+    return done
+
+
+def save(obs: AdoptionObservation) -> None:
+    d = current_dialect()
+    db.execute_sql(d.q(
+        "INSERT INTO network_stat (key, source, value, truncated, observed_at) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (key, source) DO UPDATE SET value = excluded.value, truncated = excluded.truncated,"
+        " observed_at = excluded.observed_at"), (KEY, obs.source, obs.repos, int(obs.truncated), obs.observed_at))
+
+
+def current(hosts: list[str] | None = None) -> Adoption | None:
+    """The largest count over the relays (only those still configured, when given)."""
+    rows = db.execute_sql(current_dialect().q(
+        "SELECT source, value, truncated, observed_at FROM network_stat WHERE key = ?"), (KEY,)).fetchall()
+    if hosts is not None:
+        rows = [r for r in rows if r[0] in hosts]
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: (r[1], -r[2]))  # an exact count beats a floor of the same size
+    return Adoption(best[1], bool(best[2]), max(r[3] for r in rows))
+
+
+def run_job(settings) -> None:
+    from feather.network.httpclient import client_from_settings
+
+    probe(client_from_settings(settings), list(settings.featherreader_relay_hosts))

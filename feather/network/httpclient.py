@@ -1,0 +1,58 @@
+"""The guarded client as the network feature uses it, and a per-host pacer for the rebuild.
+
+No new fetch primitive (spec §8): both wrap feather.net.GuardedClient. The pacer exists because
+a rebuild talks to PDS hosts chosen by strangers and must stay at ≤ 1 request/second per host
+however many DIDs live there.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+import gevent.lock
+
+from feather.net import GuardedClient
+
+
+def client_from_settings(settings) -> GuardedClient:
+    from feather.atproto.identity import http_client_from_settings
+
+    return http_client_from_settings(settings)
+
+
+class PacedClient:
+    """Duck-types GuardedClient (request/get/post) and spaces requests to one host by `interval`."""
+
+    def __init__(self, http: GuardedClient, interval: float = 1.0, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = gevent.sleep):
+        self.http = http
+        self.interval = interval
+        self.clock, self.sleep = clock, sleep
+        self._next: dict[str, float] = {}
+        self._lock = gevent.lock.Semaphore()
+        self.requests: dict[str, int] = {}
+
+    @property
+    def allow_private_network(self) -> bool:
+        return self.http.allow_private_network
+
+    def _wait_turn(self, url: str) -> None:
+        host = (urlsplit(url).hostname or "").lower()
+        with self._lock:  # reserve a slot, then sleep outside the lock
+            now = self.clock()
+            slot = max(now, self._next.get(host, 0.0))
+            self._next[host] = slot + self.interval
+            self.requests[host] = self.requests.get(host, 0) + 1
+        if slot > now:
+            self.sleep(slot - now)
+
+    def request(self, method: str, url: str, **kwargs: Any):
+        self._wait_turn(url)
+        return self.http.request(method, url, **kwargs)
+
+    def get(self, url: str, **kwargs: Any):
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any):
+        return self.request("POST", url, **kwargs)

@@ -1,0 +1,58 @@
+"""Read side of the catalogue. Every query applies the k-floor itself, so no caller can forget it.
+
+Counts are over distinct DIDs (one account holding five records for a feed is one subscriber,
+or the floor could be beaten by one person) and the floor is "at least k": 4 hidden, 5 shown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from feather.db import current_dialect, db
+
+ROWS = 25
+
+
+@dataclass(frozen=True)
+class FeedCount:
+    feed_url: str
+    subscribers: int
+    first_seen: int
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+def most_subscribed(k: int, limit: int = ROWS) -> list[FeedCount]:
+    rows = db.execute_sql(_q(
+        "SELECT feed_url, subscriber_count, first_seen FROM net_feed_rollup WHERE subscriber_count >= ?"
+        " ORDER BY subscriber_count DESC, feed_url ASC LIMIT ?"), (k, limit)).fetchall()
+    return [FeedCount(*r) for r in rows]
+
+
+def recently_added(k: int, limit: int = ROWS) -> list[FeedCount]:
+    """Newest feeds in the catalogue (above the floor); ties broken by URL, so the order is total."""
+    rows = db.execute_sql(_q(
+        "SELECT feed_url, subscriber_count, first_seen FROM net_feed_rollup WHERE subscriber_count >= ?"
+        " ORDER BY first_seen DESC, feed_url ASC LIMIT ?"), (k, limit)).fetchall()
+    return [FeedCount(*r) for r in rows]
+
+
+def count_for(feed_url: str, k: int) -> int | None:
+    row = db.execute_sql(_q("SELECT subscriber_count FROM net_feed_rollup WHERE feed_url = ?"),
+                         (feed_url,)).fetchone()
+    return row[0] if row and row[0] >= k else None
+
+
+def attributions(k: int) -> dict[str, list[str]]:
+    """feed_url -> handles (or DIDs) of opted-in accounts, for feeds at or above the floor only."""
+    rows = db.execute_sql(_q(
+        "SELECT s.feed_url, COALESCE(a.handle, a.did) FROM net_attribution a"
+        " JOIN net_subscription s ON s.did = a.did"
+        " JOIN net_feed_rollup r ON r.feed_url = s.feed_url AND r.subscriber_count >= ?"
+        " GROUP BY s.feed_url, COALESCE(a.handle, a.did)"
+        " ORDER BY s.feed_url, COALESCE(a.handle, a.did)"), (k,)).fetchall()
+    out: dict[str, list[str]] = {}
+    for url, name in rows:
+        out.setdefault(url, []).append(name)
+    return out

@@ -1,0 +1,204 @@
+"""Rebuild from empty (spec §5.4): relay enumeration → each DID's PDS → listRecords, checkpointed.
+
+Order of work, and why it cannot leave a gap or resurrect a delete:
+  1. The pre-backfill cursor T0 is recorded first. The live "network" stream already covers
+     everything from T0 on (its cursor is seeded before it first connects; see __init__), so
+     the live stream runs beside the rebuild instead of waiting for it: an unreachable relay
+     or PDS never keeps live indexing off.
+  2. DIDs from every relay go into net_backfill_queue (the checkpoint table).
+  3. Two greenlets take pending DIDs; each DID is fetched (≤ 1 request/s per host, a hard
+     timeout, through the guarded client) and then written in ONE transaction together with
+     its "done" mark, so a restart resumes at the first unfinished DID. A failing DID is
+     marked failed and skipped, never retried in a loop.
+  4. Rows written here carry rev_us = T0: anything the live stream wrote or deleted after T0
+     is newer and wins (store.upsert / tombstones).
+A failed enumeration leaves status "retry"; the job tries again at its next run.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import gevent
+import gevent.pool
+
+from feather.db import current_dialect, db
+from feather.network import store
+from feather.network.apply import record_fields
+from feather.network.relay import COLLECTION, RelayClient, RelayError
+
+log = logging.getLogger(__name__)
+
+CONCURRENCY = 2
+PER_DID_TIMEOUT_SECS = 120.0
+REPLAY_WINDOW_US = 24 * 3600 * 1_000_000  # Jetstream keeps ~24 h (notes/jetstream.md §5)
+PROGRESS_EVERY = 25
+
+
+class Kit:
+    """What a rebuild talks to; tests build one on loopback fakes."""
+
+    def __init__(self, relay_http, relay_hosts: list[str], resolver, pds_http, *,
+                 relay_sleep: Callable[[float], None] = time.sleep, timeout: float = PER_DID_TIMEOUT_SECS):
+        self.relay_http, self.relay_hosts = relay_http, relay_hosts
+        self.resolver, self.pds_http = resolver, pds_http
+        self.relay_sleep, self.timeout = relay_sleep, timeout
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+def status() -> dict:
+    """Progress for the log and the operator (`flask network status`)."""
+    counts = dict(db.execute_sql("SELECT state, count(*) FROM net_backfill_queue GROUP BY state").fetchall())
+    done, total, failed = counts.get("done", 0) + counts.get("failed", 0), sum(counts.values()), counts.get("failed", 0)
+    result = store.get_state("backfill.result")
+    if result and not total:  # the queue is emptied on completion; its final numbers were kept
+        done, total, failed = (int(x) for x in result.split("/"))
+    return {"status": store.get_state("backfill.status") or "never", "done": done, "failed": failed,
+            "total": total, "completed_at_us": store.get_state("backfill.completed_at")}
+
+
+def note_gap_at_boot(now_us: int) -> bool:
+    """Before the stream connects: was it away longer than Jetstream keeps events?
+
+    "Away" is measured from the later of its cursor and the maintenance heartbeat: on a quiet
+    collection the cursor alone ages while nothing is missed.
+    """
+    row = db.execute_sql(_q("SELECT time_us FROM jetstream_cursor WHERE name = ?"), ("network",)).fetchone()
+    last_live = max(row[0] if row else 0, int(store.get_state("live.heartbeat_us") or 0))
+    if last_live and now_us - last_live > REPLAY_WINDOW_US:
+        store.set_state("live.gap", str(last_live))
+        log.warning("network: the live stream was away for %.1f h, longer than Jetstream's replay window; "
+                    "a rebuild will fill the gap", (now_us - last_live) / 3.6e9)
+        return True
+    return False
+
+
+def needs_rebuild() -> str | None:
+    """Why a rebuild should run now, or None."""
+    state = store.get_state("backfill.status")
+    if state is None:
+        return "no completed rebuild is recorded"
+    if state in ("running", "retry"):
+        return f"the last rebuild is {state}"
+    if store.get_state("live.gap"):
+        return "the live stream was away longer than Jetstream's replay window"
+    return None
+
+
+def start(reason: str) -> None:
+    """Begin a rebuild: record T0 before anything is enumerated."""
+    with db.atomic():
+        store.clear_state("backfill.")
+        store.clear_state("live.gap")
+        db.execute_sql("DELETE FROM net_backfill_queue")
+        store.set_state("backfill.cursor_us", str(store.now_us()))
+        store.set_state("backfill.started_at", str(store.now_us()))
+        store.set_state("backfill.status", "running")
+    log.info("network rebuild: starting (%s)", reason)
+
+
+def run(kit: Kit, settings) -> bool:
+    """Carry the current rebuild as far as it goes. True when it completed."""
+    t0 = int(store.get_state("backfill.cursor_us") or 0)
+    if not t0:
+        start("no rebuild in progress")
+        t0 = int(store.get_state("backfill.cursor_us"))
+    if store.get_state("backfill.enumerated") != "1" and not _enumerate(kit):
+        with db.atomic():
+            store.set_state("backfill.status", "retry")
+        log.warning("network rebuild: no relay could be enumerated; live indexing continues and the rebuild "
+                    "retries at the next run")
+        return False
+    pool = gevent.pool.Pool(CONCURRENCY)
+    try:
+        while True:
+            batch = [r[0] for r in db.execute_sql(_q(
+                "SELECT did FROM net_backfill_queue WHERE state = ? ORDER BY did LIMIT ?"), ("pending", 50)).fetchall()]
+            if not batch:
+                break
+            for _ in pool.imap_unordered(lambda did: _one_did(kit, settings, did, t0), batch):
+                pass
+            progress = status()
+            log.info("network rebuild: %d / %d DIDs done (%d failed)", progress["done"], progress["total"],
+                     progress["failed"])
+    finally:
+        pool.kill()
+    final = status()
+    with db.atomic():
+        store.set_state("backfill.status", "done")
+        store.set_state("backfill.completed_at", str(store.now_us()))
+        store.set_state("backfill.result", f"{final['done']}/{final['total']}/{final['failed']}")
+        db.execute_sql("DELETE FROM net_backfill_queue")
+    log.info("network rebuild: complete")
+    return True
+
+
+def _enumerate(kit: Kit) -> bool:
+    """Every relay's DIDs into the queue, a page per transaction. True if any relay answered."""
+    answered = 0
+    for host in kit.relay_hosts:
+        client = RelayClient(kit.relay_http, host, sleep=kit.relay_sleep)
+        try:
+            for dids in client.iter_pages(COLLECTION):
+                with db.atomic():
+                    for did in dids:
+                        db.execute_sql(_q("INSERT INTO net_backfill_queue (did, state, updated_at) VALUES (?, ?, ?)"
+                                          " ON CONFLICT (did) DO NOTHING"), (did, "pending", store.now_us()))
+            answered += 1
+        except RelayError as exc:
+            log.warning("network rebuild: enumeration on %s failed: %s", host, exc)
+    if answered:
+        with db.atomic():
+            store.set_state("backfill.enumerated", "1")
+        log.info("network rebuild: %d DIDs to read", status()["total"])
+    return bool(answered)
+
+
+def fetch_records(kit: Kit, did: str, max_records: int) -> list[tuple[str, str | None, str | None]]:
+    """(rkey, canonical url or None, createdAt) of the DID's records, read anonymously off its PDS."""
+    from feather.atproto.pds import PdsClient
+
+    endpoint = kit.resolver.pds_endpoint(did)
+    client = PdsClient(kit.pds_http, endpoint)
+    prefix = f"at://{did}/{COLLECTION}/"
+    found = []
+    for record in client.iter_records(did, COLLECTION, limit=100):
+        uri = record.get("uri")
+        if not isinstance(uri, str) or not uri.startswith(prefix):
+            continue  # a PDS answering for some other repo or collection: ignore it
+        url, created = record_fields(record.get("value"))
+        found.append((uri[len(prefix):], url, created))
+        if len(found) >= max_records:
+            break
+    return found
+
+
+def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
+    records, state = None, "done"
+    try:
+        with gevent.Timeout(kit.timeout):
+            records = fetch_records(kit, did, settings.featherreader_net_max_records_per_did)
+    except gevent.Timeout:
+        state = "failed"
+        log.warning("network rebuild: %s took longer than %.0f s; skipped", did, kit.timeout)
+    except Exception as exc:  # identity, PDS or guard errors: skip the DID, checkpoint, move on
+        state = "failed"
+        log.warning("network rebuild: %s skipped: %s", did, exc)
+    with db.connection_context(), db.atomic():
+        if records is not None and not store.is_opted_out(did):
+            touched: set[str] = set()
+            kept = set()
+            for rkey, url, created in records:
+                if url is not None:
+                    kept.add(rkey)
+                    store.upsert(did, rkey, url, created, t0,
+                                 max_per_did=settings.featherreader_net_max_records_per_did, touched=touched)
+            store.delete_stale_rows(did, kept, t0, touched)
+            store.evict_over_cap(settings.featherreader_net_max_rows, touched)
+            store.refresh_rollup(touched)
+        db.execute_sql(_q("UPDATE net_backfill_queue SET state = ?, records = ?, updated_at = ? WHERE did = ?"),
+                       (state, len(records or ()), store.now_us(), did))

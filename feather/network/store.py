@@ -1,0 +1,177 @@
+"""The catalogue's SQL: versioned upserts, deletes with tombstones, the rollup, caps and consent.
+
+Callers own the transaction. Every write converges under replay: a row carries `rev_us`, the
+time of the write that produced it (an event's time_us, or a rebuild's pre-backfill cursor),
+and an older write never overwrites a newer one. A delete leaves a tombstone so a rebuild
+that listed the record before the delete cannot put it back.
+
+The rollup is a materialised `GROUP BY feed_url` over net_subscription, recomputed for exactly
+the feeds a write touched (an index range each), so it always equals the direct query.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from feather.db import current_dialect, db
+
+STATE_KEYS_ON_REBUILD = ("backfill.",)
+
+
+def now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+# --- network_state
+def get_state(key: str) -> str | None:
+    row = db.execute_sql(_q("SELECT value FROM network_state WHERE key = ?"), (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_state(key: str, value: str) -> None:
+    db.execute_sql(_q("INSERT INTO network_state (key, value, updated_at) VALUES (?, ?, ?)"
+                      " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"),
+                   (key, str(value), now_us()))
+
+
+def clear_state(prefix: str) -> None:
+    # Prefixes are ours ("backfill."), with no LIKE wildcards in them.
+    db.execute_sql(_q("DELETE FROM network_state WHERE key LIKE ?"), (prefix + "%",))
+
+
+# --- subscription rows
+def is_opted_out(did: str) -> bool:
+    return db.execute_sql(_q("SELECT 1 FROM net_optout WHERE did = ?"), (did,)).fetchone() is not None
+
+
+def rows_for_did(did: str) -> int:
+    return db.execute_sql(_q("SELECT count(*) FROM net_subscription WHERE did = ?"), (did,)).fetchone()[0]
+
+
+def upsert(did: str, rkey: str, feed_url: str, created_at: str | None, rev_us: int, *,
+           max_per_did: int, touched: set[str]) -> bool:
+    """Insert or update one record unless a newer write or a newer delete already happened."""
+    tomb = db.execute_sql(_q("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?"), (did, rkey)).fetchone()
+    if tomb is not None and tomb[0] >= rev_us:
+        return False
+    old = db.execute_sql(_q("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?"),
+                         (did, rkey)).fetchone()
+    if old is None and rows_for_did(did) >= max_per_did:
+        return False
+    if old is not None and old[1] > rev_us:
+        return False
+    if tomb is not None:
+        db.execute_sql(_q("DELETE FROM net_tombstone WHERE did = ? AND rkey = ?"), (did, rkey))
+    db.execute_sql(
+        _q("INSERT INTO net_subscription (did, rkey, feed_url, created_at, indexed_at, rev_us)"
+           " VALUES (?, ?, ?, ?, ?, ?)"
+           " ON CONFLICT (did, rkey) DO UPDATE SET feed_url = excluded.feed_url,"
+           " created_at = excluded.created_at, rev_us = excluded.rev_us"
+           " WHERE excluded.rev_us >= net_subscription.rev_us"),
+        (did, rkey, feed_url, created_at, now_us(), rev_us))
+    touched.add(feed_url)
+    if old is not None:
+        touched.add(old[0])
+    return True
+
+
+def delete(did: str, rkey: str, time_us: int, touched: set[str]) -> None:
+    """Remove the row and remember the delete (newest delete wins)."""
+    row = db.execute_sql(_q("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?"),
+                         (did, rkey)).fetchone()
+    if row is not None and row[1] > time_us:
+        return  # a newer create already replaced what this delete removed
+    if row is not None:
+        db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ? AND rkey = ?"), (did, rkey))
+        touched.add(row[0])
+    d = current_dialect()
+    db.execute_sql(_q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?) ON CONFLICT (did, rkey)"
+                      f" DO UPDATE SET time_us = {d.greatest('net_tombstone.time_us', 'excluded.time_us')}"),
+                   (did, rkey, time_us))
+
+
+def delete_did(did: str, touched: set[str]) -> int:
+    feeds = [r[0] for r in db.execute_sql(
+        _q("SELECT DISTINCT feed_url FROM net_subscription WHERE did = ?"), (did,)).fetchall()]
+    cur = db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ?"), (did,))
+    touched.update(feeds)
+    return cur.rowcount or 0
+
+
+def delete_stale_rows(did: str, keep_rkeys: set[str], before_rev_us: int, touched: set[str]) -> None:
+    """A rebuild saw the DID's full list: rows it did not list and nothing newer wrote are gone."""
+    rows = db.execute_sql(_q("SELECT rkey, feed_url FROM net_subscription WHERE did = ? AND rev_us < ?"),
+                          (did, before_rev_us)).fetchall()
+    for rkey, feed_url in rows:
+        if rkey not in keep_rkeys:
+            db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ? AND rkey = ?"), (did, rkey))
+            touched.add(feed_url)
+
+
+def evict_over_cap(max_rows: int, touched: set[str]) -> int:
+    """Drop the oldest-indexed rows past the cap (same transaction as the insert that overflowed)."""
+    total = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
+    return evict_oldest(total - max_rows, touched) if total > max_rows else 0
+
+
+def evict_oldest(n: int, touched: set[str]) -> int:
+    if n <= 0:
+        return 0
+    victims = db.execute_sql(_q("SELECT did, rkey, feed_url FROM net_subscription"
+                                " ORDER BY indexed_at, did, rkey LIMIT ?"), (n,)).fetchall()
+    for did, rkey, feed_url in victims:
+        db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ? AND rkey = ?"), (did, rkey))
+        touched.add(feed_url)
+    return len(victims)
+
+
+def refresh_rollup(feed_urls: Iterable[str]) -> None:
+    """Recompute the rollup row of each feed from net_subscription (or remove it at zero)."""
+    for url in sorted(set(feed_urls)):
+        count, first, last = db.execute_sql(
+            _q("SELECT count(DISTINCT did), min(indexed_at), max(indexed_at) FROM net_subscription"
+               " WHERE feed_url = ?"), (url,)).fetchone()
+        if not count:
+            db.execute_sql(_q("DELETE FROM net_feed_rollup WHERE feed_url = ?"), (url,))
+            continue
+        db.execute_sql(
+            _q("INSERT INTO net_feed_rollup (feed_url, subscriber_count, first_seen, last_seen) VALUES (?, ?, ?, ?)"
+               " ON CONFLICT (feed_url) DO UPDATE SET subscriber_count = excluded.subscriber_count,"
+               " first_seen = excluded.first_seen, last_seen = excluded.last_seen"),
+            (url, count, first, last))
+    set_state("rollup.updated_at", str(now_us()))
+
+
+def truncate_projection() -> None:
+    for table in ("net_subscription", "net_feed_rollup", "net_tombstone", "net_backfill_queue"):
+        db.execute_sql(f"DELETE FROM {table}")
+    for prefix in STATE_KEYS_ON_REBUILD:
+        clear_state(prefix)
+
+
+# --- consent
+def opt_out(did: str) -> int:
+    """Record the opt-out and remove every row of the DID, in the caller's one transaction."""
+    db.execute_sql(_q("INSERT INTO net_optout (did, created_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING"),
+                   (did, now_us()))
+    db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
+    touched: set[str] = set()
+    removed = delete_did(did, touched)
+    refresh_rollup(touched)
+    return removed
+
+
+def set_attribution(did: str, handle: str | None, on: bool) -> None:
+    if on:
+        db.execute_sql(_q("INSERT INTO net_attribution (did, handle, created_at) VALUES (?, ?, ?)"
+                          " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle"), (did, handle, now_us()))
+    else:
+        db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
+
+
+def is_attributed(did: str) -> bool:
+    return db.execute_sql(_q("SELECT 1 FROM net_attribution WHERE did = ?"), (did,)).fetchone() is not None

@@ -1,0 +1,153 @@
+"""Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (specs/graph-sync.md).
+
+Feature hooks (feather/features.py):
+  subscriptions  shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
+                 collections: the offered apps' follow collections) and, on the shared "global"
+                 stream, profile creates of the apps watched live (late joiners).
+  jobs           runner, backfill bursts, sweep, cleanup. They need a FollowWriter that can write
+                 with the owner's session: `app.extensions["sync_writer"]`, set by whoever wires
+                 sign-in (feather/auth) via `install_writer(app, writer)`. Without one the write
+                 jobs are not scheduled (the handler still mirrors and queues, so nothing is lost).
+Module map: apps (registry) · store (sets, shards) · handler (Jetstream; the only unfollow insert)
+· queue (follow-only helpers) · runner (lanes) · pacer (points) · backfill (listing, union, sweep)
+· service (owner operations, cleanup) · writer (PDS protocol + adapter) · memory (in-memory PDS)
+· preview (what enabling would write) · views (pages) · api (JSON for scripts).
+"""
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+RUNNER_SECS = 5.0
+BACKFILL_SECS = 10.0
+SWEEP_SECS = 300.0
+CLEANUP_SECS = 3600.0
+
+
+def init_app(app) -> None:
+    from feather.auth.service import declare_scopes
+    from feather.sync import api, views
+    from feather.sync.apps import APPS
+    from feather.sync.service import write_scopes
+
+    app.extensions.setdefault("sync_writer", None)
+    # Declared for every app (not only the offered ones): the OAuth client metadata must list each
+    # scope we may ever ask for, and an operator changing the allow list must not need new metadata.
+    declare_scopes(*write_scopes(a.key for a in APPS))
+    app.register_blueprint(views.bp)
+    app.register_blueprint(api.bp)
+
+
+def install_writer(app, writer) -> None:
+    """Give the jobs a FollowWriter (feather/auth calls this once sessions can write)."""
+    app.extensions["sync_writer"] = writer
+
+
+def default_writer(app):
+    """The production FollowWriter: writes with feather/auth's session for the owner, reads anonymously."""
+    if "auth" not in app.extensions:
+        return None
+    from feather import auth
+    from feather.atproto.identity import http_client_from_settings, resolver_for
+    from feather.sync.writer import PdsFollowWriter
+
+    writer = PdsFollowWriter(lambda did: auth.pds_client(did, app), resolver_for(app),
+                             http_client_from_settings(app.config["FEATHER"]))
+    app.extensions["sync_writer"] = writer
+    return writer
+
+
+def _members(shard: int, count: int):
+    def dids() -> list[str]:
+        from feather.db import db
+        from feather.sync.store import shard_members
+
+        if db.is_closed():
+            with db.connection_context():
+                return shard_members(shard, count)
+        return shard_members(shard, count)
+    return dids
+
+
+def _on_gap(name: str):
+    def report(saved_time_us: int) -> None:
+        # The accepted residual risk: unfollows inside the gap are never recovered. Follows are:
+        # make every sweep of this shard due now (sweeps only ever add).
+        log.warning("sync %s: resumed past the lookback window (saved cursor %d); unfollows in the gap are "
+                    "lost, follows will be recovered by the sweep", name, saved_time_us)
+        try:
+            from feather.db import db
+            from feather.sync.store import execute
+
+            with db.connection_context():
+                execute("UPDATE sync_sets SET next_sweep_at = 0 WHERE enabled = 1")
+        except Exception:
+            log.exception("sync %s: could not schedule sweeps after a gap", name)
+    return report
+
+
+def subscriptions(settings) -> list:
+    from feather.jetstream.subscriptions import Handler, Subscription
+    from feather.sync import apps as registry
+    from feather.sync.handler import make_handlers
+
+    offered = registry.offered(settings)
+    if len(offered) < 2:
+        return []
+    follows, profiles = make_handlers(settings)
+    follow_nsids = sorted(app.follow for app in offered)
+    count = settings.sync_shard_count
+    _seed_cursors(count)
+    subs = [Subscription(f"sync:{n}", follow_nsids,
+                         [Handler("sync", follows, frozenset(follow_nsids))],
+                         dids=_members(n, count), max_lookback_us=settings.sync_jetstream_max_lookback_us,
+                         on_gap=_on_gap(f"sync:{n}"))
+            for n in range(count)]
+    live = registry.live_profile_collections(settings)
+    if live:
+        subs.append(Subscription("global", live, [Handler("sync-profiles", profiles, frozenset(live))]))
+    return subs
+
+
+def _seed_cursors(count: int) -> None:
+    from feather.db import db
+    from feather.sync.store import seed_shard_cursors
+
+    if db.obj is None:
+        return
+    try:
+        with db.connection_context():
+            seeded = seed_shard_cursors(count)
+        if seeded:
+            log.info("sync: new shards %s resume from the oldest sync cursor", ", ".join(seeded))
+    except Exception:  # no tables yet (fresh install before migrating): shards start live
+        log.debug("sync: shard cursors not seeded", exc_info=True)
+
+
+def jobs(settings) -> list:
+    from flask import current_app
+
+    from feather.scheduler import Job
+    from feather.sync import backfill, service
+    from feather.sync.runner import Runner
+    from feather.sync.store import now_s
+
+    out = [Job("sync-cleanup", lambda: service.cleanup(now_s()), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
+           Job("sync-sweep", lambda: backfill.sweep_due(now_s, settings), SWEEP_SECS, jitter=30.0,
+               first_run_delay=120.0)]
+
+    def writer():
+        return current_app.extensions.get("sync_writer") or default_writer(current_app)
+
+    def run() -> None:
+        if writer() is not None:
+            Runner(writer(), settings).tick()
+
+    def burst() -> None:
+        if writer() is not None:
+            backfill.burst(writer(), now_s)
+
+    out += [Job("sync-runner", run, RUNNER_SECS, jitter=1.0, first_run_delay=10.0),
+            Job("sync-backfill", burst, BACKFILL_SECS, jitter=2.0, first_run_delay=15.0)]
+    return out

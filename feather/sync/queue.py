@@ -1,0 +1,80 @@
+"""The write queue and the follow mirror: the shared, follow-only half.
+
+This module can only ever add follows. The one statement that inserts an unfollow row lives in
+feather/sync/handler.py (the delete branch), which is the safety rule enforced by construction:
+backfill, the waiting list and the sweep import this module and nothing that could unfollow.
+tests/test_sync_safety.py fails if an unfollow insert appears anywhere else.
+"""
+from __future__ import annotations
+
+from feather.sync.store import execute, rows, scalar
+
+ACTIVE = ("live", "pending")  # mirror states that mean "the owner follows this subject here"
+_ACTIVE_SQL = "('live', 'pending')"
+
+
+def enqueue_follow(owner: str, app: str, subject: str, origin: str, now: int) -> bool:
+    """Queue a follow unless one is already pending for (owner, app, subject). True if queued."""
+    if scalar("SELECT 1 FROM sync_queue WHERE owner_did = ? AND subject = ? AND status = 'pending'"
+              " AND app = ? AND kind = 'follow'", owner, subject, app):
+        return False
+    execute("INSERT INTO sync_queue (owner_did, app, kind, subject, origin, status, created_at, updated_at)"
+            " VALUES (?, ?, 'follow', ?, ?, 'pending', ?, ?)", owner, app, subject, origin, now, now)
+    return True
+
+
+def mirror_state(owner: str, app: str, rkey: str) -> tuple[str, str] | None:
+    """(subject, state) of one mirrored record."""
+    found = rows("SELECT subject, state FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND rkey = ?",
+                 owner, app, rkey)
+    return (found[0][0], found[0][1]) if found else None
+
+
+def upsert_mirror(owner: str, app: str, rkey: str, subject: str, now: int, *, by_sync: bool = False,
+                  state: str = "live") -> None:
+    """Insert a mirror row, or refresh last_seen_at of an existing one (its state is left alone)."""
+    execute("INSERT INTO sync_follow_mirror (owner_did, app, rkey, subject, created_by_sync, state, last_seen_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner_did, app, rkey) DO UPDATE SET"
+            " last_seen_at = excluded.last_seen_at", owner, app, rkey, subject, int(by_sync), state, now)
+
+
+def set_mirror_state(owner: str, app: str, rkey: str, state: str, now: int) -> None:
+    execute("UPDATE sync_follow_mirror SET state = ?, last_seen_at = ? WHERE owner_did = ? AND app = ? AND rkey = ?",
+            state, now, owner, app, rkey)
+
+
+def followed_on(owner: str, subject: str, *, staying: bool = False) -> set[str]:
+    """Apps on which the owner has an active (live or pending) follow of subject. `staying`: leave
+    out records an unfollow row is about to delete (a re-follow must not be mistaken for present)."""
+    extra = (" AND NOT EXISTS (SELECT 1 FROM sync_queue q WHERE q.owner_did = m.owner_did AND q.subject = m.subject"
+             " AND q.status = 'pending' AND q.kind = 'unfollow' AND q.app = m.app AND q.rkey = m.rkey)"
+             if staying else "")
+    return {r[0] for r in rows(f"SELECT DISTINCT m.app FROM sync_follow_mirror m WHERE m.owner_did = ?"
+                               f" AND m.subject = ? AND m.state IN {_ACTIVE_SQL}{extra}", owner, subject)}
+
+
+def active_records(owner: str, subject: str) -> list[tuple[str, str]]:
+    """(app, rkey) of every active mirrored record of subject, oldest rkey first."""
+    return [(r[0], r[1]) for r in rows(
+        f"SELECT app, rkey FROM sync_follow_mirror WHERE owner_did = ? AND subject = ? AND state IN {_ACTIVE_SQL}"
+        f" ORDER BY app, rkey", owner, subject)]
+
+
+def cancel_pending_follows(owner: str, subject: str, now: int) -> int:
+    return execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND subject = ?"
+                   " AND status = 'pending' AND kind = 'follow'", now, owner, subject).rowcount
+
+
+def add_waiting(owner: str, app: str, subject: str, now: int, next_check_at: int) -> None:
+    execute("INSERT INTO sync_waiting (owner_did, app, subject, since, next_check_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (owner_did, app, subject) DO UPDATE SET next_check_at = excluded.next_check_at",
+            owner, app, subject, now, next_check_at)
+
+
+def counts(owner: str) -> dict:
+    found = dict(rows("SELECT status, COUNT(*) FROM sync_queue WHERE owner_did = ? GROUP BY status", owner))
+    return {"pending": found.get("pending", 0), "done": found.get("done", 0), "failed": found.get("failed", 0)}
+
+
+def waiting_count(owner: str) -> int:
+    return scalar("SELECT COUNT(*) FROM sync_waiting WHERE owner_did = ?", owner, default=0)

@@ -1,0 +1,117 @@
+"""What the owner can do (the page and the JSON API call these), the state they see, and cleanup.
+
+One contract for both surfaces: `configure(owner, enabled=…, paused=…, apps=…)` returns `state()`.
+"""
+from __future__ import annotations
+
+from feather.db import db
+from feather.sync import apps as registry
+from feather.sync import backfill, pacer, queue
+from feather.sync.store import (ensure_set, execute, get_set, pause, record_activity, recent_activity, resume,
+                                rows, set_apps, set_enabled)
+
+PAUSED_CANCEL_DAYS = 30
+KEEP_HISTORY_DAYS = 30
+TOMBSTONE_SECS = 2 * pacer.DAY  # longer than the Jetstream lookback, so a late echo still finds it
+
+
+def state(owner: str, settings) -> dict:
+    sync_set = get_set(owner)
+    return {
+        "enabled": bool(sync_set and sync_set.enabled),
+        "paused": bool(sync_set and sync_set.paused),
+        "pause_reason": sync_set.pause_reason if sync_set else None,
+        "apps": list(sync_set.apps) if sync_set else [],
+        "available_apps": registry.offered_keys(settings),
+        "backfill": {k: v for k, v in backfill.progress(owner).items() if k in ("listed", "total", "done")},
+        "queue": queue.counts(owner),
+        "waiting": queue.waiting_count(owner),
+    }
+
+
+def configure(owner: str, settings, now: int, *, enabled: bool | None = None, paused: bool | None = None,
+              apps: list[str] | None = None) -> dict:
+    """Apply any of the three changes in one transaction. Raises ValueError for a bad app list."""
+    keys = registry.normalize_keys(apps, settings) if apps is not None else None
+    with db.atomic():
+        before = ensure_set(owner, now)
+        if keys is not None and tuple(keys) != before.apps:
+            _change_apps(owner, before, keys, now)
+        current = get_set(owner)
+        if enabled is True and not current.enabled:
+            if len(current.apps) < 2:
+                raise ValueError("Choose at least two apps to keep in sync.")
+            set_enabled(owner, True, now)
+            execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", now + pacer.DAY, owner)
+            backfill.start_run(owner, current.apps, "backfill", now)
+            record_activity(owner, now, "", "enabled", None, 0, ",".join(current.apps))
+        elif enabled is False and current.enabled:
+            set_enabled(owner, False, now)
+            execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ?"
+                    " AND status = 'pending'", now, owner)
+            execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'", owner)
+            record_activity(owner, now, "", "disabled", None, 0, None)
+        if paused is True:
+            pause(owner, "paused by you", now)
+        elif paused is False:
+            resume(owner, now)
+    return state(owner, settings)
+
+
+def _change_apps(owner: str, before, keys: list[str], now: int) -> None:
+    removed = [k for k in before.apps if k not in keys]
+    added = [k for k in keys if k not in before.apps]
+    if before.enabled and len(keys) < 2:
+        raise ValueError("A set that is on needs at least two apps; turn sync off first.")
+    set_apps(owner, keys, now)
+    for key in removed:  # forget the app entirely: its records no longer count as "followed somewhere"
+        execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND app = ?"
+                " AND status = 'pending'", now, owner, key)
+        for table in ("sync_follow_mirror", "sync_waiting", "sync_backfill_tasks"):
+            execute(f"DELETE FROM {table} WHERE owner_did = ? AND app = ?", owner, key)
+    if before.enabled and added:
+        backfill.start_run(owner, added, "backfill", now)
+
+
+def write_scopes(keys) -> list[str]:
+    """The OAuth permissions sync writes with: create and delete on each app's follow collection."""
+    return [f"repo:{registry.BY_KEY[k].follow}?action=create&action=delete" for k in keys]
+
+
+def check_change(owner: str, settings, *, enabled: bool | None = None, paused: bool | None = None,
+                 apps: list[str] | None = None) -> list[str]:
+    """Validate a change before anything is stored, for the page and the API alike. Returns the write
+    scopes the change needs granted first (empty when it starts no writes). Raises ValueError."""
+    current = get_set(owner)
+    keys = registry.normalize_keys(apps, settings) if apps is not None else list(current.apps if current else ())
+    on_before = bool(current and current.enabled)
+    on_after = on_before if enabled is None else enabled
+    if paused is not None and not on_after:
+        raise ValueError("Sync is off, so there is nothing to pause or resume.")
+    if on_after and len(keys) < 2:
+        raise ValueError("Choose at least two apps to keep in sync.")
+    # Writes start when sync is turned on, when apps are added (their backfill), and on resume.
+    starts = on_after and (not on_before or bool(set(keys) - set(current.apps))
+                           or (paused is False and current.paused))
+    return write_scopes(keys) if starts else []
+
+
+def activity(owner: str, limit: int = 50) -> list[dict]:
+    return [a for a in recent_activity(owner, limit) if a["kind"] != "sending"]
+
+
+def cleanup(now: int) -> dict:
+    """Cancel the pending rows of sets paused 30 days; trim tombstones and old history."""
+    stale = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE paused = 1 AND paused_at <= ?",
+                                now - PAUSED_CANCEL_DAYS * pacer.DAY)]
+    cancelled = 0
+    for owner in stale:
+        cancelled += execute("UPDATE sync_queue SET status = 'cancelled', last_error = ?, updated_at = ?"
+                             " WHERE owner_did = ? AND status = 'pending'",
+                             f"paused for {PAUSED_CANCEL_DAYS} days", now, owner).rowcount
+    tombstones = execute("DELETE FROM sync_follow_mirror WHERE state = 'gone' AND last_seen_at < ?",
+                         now - TOMBSTONE_SECS).rowcount
+    horizon = now - KEEP_HISTORY_DAYS * pacer.DAY
+    execute("DELETE FROM sync_activity WHERE at < ?", horizon)
+    execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?", horizon)
+    return {"cancelled": cancelled, "tombstones": tombstones}

@@ -1,0 +1,40 @@
+"""Small steps the browser tests share: sign-in, footer and console checks."""
+from __future__ import annotations
+
+from feather.atproto.syntax import next_tid
+from tests.support.browser import FOOTER_LINKS
+from tests.support.pds import create_session, xrpc
+
+
+def app_password(pds, name: str) -> str:
+    made = xrpc(pds.pds_url, "POST", "com.atproto.server.createAppPassword", token=create_session(pds, name),
+                json={"name": f"feather-browser-{next_tid()}"})
+    assert made.status_code == 200, made.text
+    return made.json()["password"]
+
+
+def assert_footer(page) -> None:
+    footer = page.locator("footer.site")
+    for text, href in FOOTER_LINKS.items():
+        link = footer.get_by_role("link", name=text, exact=True)
+        assert link.count() == 1, f"footer link {text!r} missing on {page.url}"
+        assert link.get_attribute("href") == href
+
+
+def assert_clean_console(page, allow_status: int | None = None) -> None:
+    """No console error, page error or CSP report. A page served with an error status on purpose
+    (allow_status) makes Chromium log that status once; that line alone is allowed."""
+    errors = [e for e in page.console_errors
+              if not (allow_status and f"responded with a status of {allow_status}" in e)]
+    assert errors == [], f"console errors on {page.url}: {errors}"
+
+
+def sign_in_with_app_password(page, pds, name: str = "alice", next_url: str | None = None) -> None:
+    acct = pds.accounts[name]
+    page.goto("/login" + (f"?next={next_url}" if next_url else ""))
+    page.fill("#pw-identifier", acct.handle)
+    page.fill("#password", app_password(pds, name))
+    with page.expect_navigation():
+        page.get_by_role("button", name="Sign in with an app password").click()
+    header = page.locator("header.site")
+    assert header.locator(".account").inner_text() == f"@{acct.handle}", page.content()[:2000]

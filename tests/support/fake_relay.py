@@ -1,0 +1,136 @@
+"""A scripted loopback stand-in for the parts of the network the catalogue talks to.
+
+One HTTP server on 127.0.0.1 plays three roles:
+  relay  GET /xrpc/com.atproto.sync.listReposByCollection   pages over `repos`, cursor = offset
+  PLC    GET /did:plc:...                                    DID documents naming `pds_for[did]` (default: us)
+  PDS    GET /xrpc/com.atproto.repo.listRecords              pages over `records[did]`
+Knobs (plain attributes, change them between calls):
+  page_replies   {page_number: (status, headers, body)}  replace the Nth relay page (1-based) this run
+  echo_cursor    True: every relay page carries a cursor, even the empty one past the end
+  endless        True: every relay page is one fresh DID plus a cursor (for the page cap)
+  slow_dids      {did: seconds} the PDS sleeps before answering listRecords for that DID
+  failing_dids   {did: status}  the PDS answers that DID with an error
+Every request is recorded in `requests` as (path, query dict, headers dict).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+COLLECTION = "community.lexicon.rss.subscription"
+
+
+class FakeNetwork:
+    def __init__(self):
+        self.repos: list[str] = []
+        self.records: dict[str, list[tuple[str, dict]]] = {}
+        self.pds_for: dict[str, str] = {}
+        self.page_replies: dict[int, tuple[int, dict, object]] = {}
+        self.echo_cursor = False
+        self.endless = False
+        self.slow_dids: dict[str, float] = {}
+        self.failing_dids: dict[str, int] = {}
+        self.requests: list[tuple[str, dict, dict]] = []
+        self._relay_page = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                parts = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+                outer.requests.append((parts.path, query, dict(self.headers.items())))
+                status, headers, body = outer.route(unquote(parts.path), query)
+                payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    # --- script helpers
+    def add_account(self, did: str, records: list[tuple[str, dict]] = ()) -> None:
+        if did not in self.repos:
+            self.repos.append(did)
+        self.records[did] = list(records)
+
+    def new_run(self) -> None:
+        """Page numbers in page_replies count from the next relay request."""
+        self._relay_page = 0
+
+    def relay_calls(self) -> list[tuple[str, dict, dict]]:
+        return [r for r in self.requests if r[0].endswith("listReposByCollection")]
+
+    def record_calls(self, did: str | None = None) -> list[tuple[str, dict, dict]]:
+        return [r for r in self.requests if r[0].endswith("listRecords") and (did is None or r[1].get("repo") == did)]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # --- roles
+    def route(self, path: str, query: dict):
+        if path == "/xrpc/com.atproto.sync.listReposByCollection":
+            return self._relay(query)
+        if path == "/xrpc/com.atproto.repo.listRecords":
+            return self._list_records(query)
+        if path.startswith("/did:"):
+            did = path[1:]
+            if did not in self.records:
+                return 404, {}, {"message": "DID not registered"}
+            endpoint = self.pds_for.get(did, self.url)
+            return 200, {}, {"id": did, "alsoKnownAs": [], "verificationMethod": [],
+                             "service": [{"id": "#atproto_pds", "type": "AtprotoPersonalDataServer",
+                                          "serviceEndpoint": endpoint}]}
+        return 404, {}, {"error": "NotFound"}
+
+    def _relay(self, query: dict):
+        self._relay_page += 1
+        if self._relay_page in self.page_replies:
+            return self.page_replies[self._relay_page]
+        if query.get("collection") != COLLECTION:
+            return 400, {}, b"invalid collection"
+        if self.endless:
+            n = int(query.get("cursor") or 0)
+            return 200, {}, {"repos": [{"did": f"did:plc:endless{n:06d}"}], "cursor": str(n + 1)}
+        limit = int(query.get("limit") or 500)
+        start = int(query.get("cursor") or 0)
+        page = self.repos[start:start + limit]
+        body = {"repos": [{"did": d} for d in page]}
+        if start + limit < len(self.repos) or self.echo_cursor:
+            body["cursor"] = str(start + len(page) or start + 1)
+        return 200, {}, body
+
+    def _list_records(self, query: dict):
+        did = query.get("repo", "")
+        if did in self.slow_dids:
+            time.sleep(self.slow_dids[did])
+        if did in self.failing_dids:
+            return self.failing_dids[did], {}, {"error": "InternalServerError", "message": "boom"}
+        if did not in self.records:
+            return 400, {}, {"error": "RepoNotFound", "message": "no such repo"}
+        limit = int(query.get("limit") or 50)
+        start = int(query.get("cursor") or 0)
+        page = self.records[did][start:start + limit]
+        body = {"records": [{"uri": f"at://{did}/{COLLECTION}/{rkey}", "cid": f"bafy{rkey}", "value": value}
+                            for rkey, value in page]}
+        if start + limit < len(self.records[did]):
+            body["cursor"] = str(start + limit)
+        return 200, {}, body
+
+
+def subscription(url: str, created: str = "2026-01-02T03:04:05.000Z", **extra) -> dict:
+    return {"$type": COLLECTION, "url": url, "createdAt": created, **extra}

@@ -1,0 +1,100 @@
+"""The feeds TOML (FEATHERREADER_CONFIG): defaults, shape and the start-up validation errors."""
+from __future__ import annotations
+
+import pytest
+
+from feather.config import ConfigError
+from feather.feeds.config import FeedsConfigError, Queryable, load, parse
+from tests.fixtures.feeds.feedkit import feeds_app
+
+
+def test_the_built_in_default_is_follow_post_profile_and_a_timeline():
+    config = load("")
+    assert {s: c.nsid for s, c in config.collections.items()} == {
+        "follow": "app.bsky.graph.follow", "post": "app.bsky.feed.post", "profile": "app.bsky.actor.profile"}
+    feed = config.feeds["timeline"]
+    assert (feed.follow, [t.short for t in feed.targets], feed.max_items) == ("follow", ["post"], 200)
+    assert (feed.follow_backfill, feed.fanout_max_followers) == (100, None)
+    assert config.target_caps() == {"app.bsky.feed.post": 200}
+    assert config.feed_mutating_nsids == {"app.bsky.graph.follow", "app.bsky.feed.post"}
+
+
+def test_targets_take_short_names_or_tables_with_their_own_cap():
+    config = parse({
+        "namespace": "com.example",
+        "collections": {"follow": {"collection": "app.bsky.graph.follow"},
+                        "post": {"collection": "app.bsky.feed.post"},
+                        "repost": {"collection": "app.bsky.feed.repost"}},
+        "feeds": {"home": {"follow": "follow", "targets": ["post", {"collection": "repost", "maxItems": 50}],
+                           "maxItems": 300, "followBackfill": 20, "fanoutMaxFollowers": 10_000}},
+    })
+    home = config.feeds["home"]
+    assert [(t.short, t.nsid, t.cap) for t in home.targets] == [
+        ("post", "app.bsky.feed.post", 300), ("repost", "app.bsky.feed.repost", 50)]
+    assert (home.follow_backfill, home.fanout_max_followers) == (20, 10_000)
+    assert config.collections["repost"].table == "feed_records_repost"
+
+
+def test_queryable_fields_become_camel_case_parameters():
+    config = parse({"collections": {"event": {"collection": "community.lexicon.calendar.event",
+                                              "queryable": {"subject.uri": {}, "startsAt": {"type": "range"}}}}})
+    assert config.collections["event"].queryable == {
+        "subjectUri": Queryable(("subject", "uri"), "subjectUri", False),
+        "startsAt": Queryable(("startsAt",), "startsAt", True)}
+
+
+def test_a_feed_without_a_follow_collection_gets_the_bluesky_one():
+    config = parse({"collections": {"post": {"collection": "app.bsky.feed.post"}},
+                    "feeds": {"t": {"targets": ["post"]}}})
+    assert config.collections["follow"].nsid == "app.bsky.graph.follow"
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"collections": {"post": {"collection": "app.bsky.feed.post"}},
+      "feeds": {"timeline": {"follow": "follows", "targets": ["post"]}}},
+     'Feed "timeline" references unknown follow collection "follows"'),
+    ({"collections": {"follow": {"collection": "app.bsky.graph.follow"}},
+      "feeds": {"timeline": {"follow": "follow", "targets": ["posts"]}}},
+     'Feed "timeline" references unknown target collection "posts"'),
+    ({"collections": {"follow": {"collection": "app.bsky.graph.follow"}},
+      "feeds": {"timeline": {"targets": [{"collection": "app.bsky.feed.post"}]}}},
+     'Feed "timeline" references unknown target collection "app.bsky.feed.post"'),
+    ({"collections": {"post": {"collection": "not an nsid"}}}, 'Collection "post": "not an nsid" is not a valid NSID'),
+    ({"collections": {"post": {"collection": "app.bsky.feed.post", "queryable": {"a'b": {}}}}},
+     "queryable field \"a'b\" is not a plain dotted field name"),
+    ({"namespace": "com..bad"}, 'namespace "com..bad"'),
+    ({"collections": {"f": {"collection": "app.bsky.graph.follow"}, "p": {"collection": "app.bsky.feed.post"}},
+      "feeds": {"t": {"follow": "f", "targets": ["p"], "maxItems": 0}}}, 'Feed "t" maxItems must be a whole number >= 1'),
+])
+def test_validation_names_the_feed_and_the_unknown_short_name(data, message):
+    with pytest.raises(FeedsConfigError) as err:
+        parse(data)
+    assert message in str(err.value)
+
+
+def test_a_bad_file_fails_the_app_at_start(make_app, tmp_path):
+    path = tmp_path / "feeds.toml"
+    path.write_text('[feeds.timeline]\nfollow = "follow"\ntargets = ["nope"]\n'
+                    '[collections.follow]\ncollection = "app.bsky.graph.follow"\n')
+    with pytest.raises(ConfigError) as err:
+        make_app(FEATHERREADER_CONFIG=str(path))
+    assert str(err.value) == ('FEATHERREADER_CONFIG: Feed "timeline" references unknown target collection "nope"')
+    path.write_text("this is = = not toml")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        make_app(FEATHERREADER_CONFIG=str(path))
+    with pytest.raises(ConfigError, match="cannot read"):
+        make_app(FEATHERREADER_CONFIG=str(tmp_path / "missing.toml"))
+
+
+def test_settings_defaults(app):
+    s = app.config["FEATHER"]
+    assert (s.feed_prune_sweep_actors, s.feed_prune_recovery_interval_ms, s.feed_service_auth) == (500, 21_600_000, False)
+
+
+def test_routes_follow_the_namespace(make_app, tmp_path):
+    app = feeds_app(make_app, tmp_path, '[collections.post]\ncollection = "app.bsky.feed.post"\n'
+                    '[feeds.t]\ntargets = ["post"]\n')
+    rules = sorted(r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/xrpc/com.featherreader"))
+    assert rules == ["/xrpc/com.featherreader.follow.getRecord", "/xrpc/com.featherreader.follow.listRecords",
+                     "/xrpc/com.featherreader.getFeed", "/xrpc/com.featherreader.post.getRecord",
+                     "/xrpc/com.featherreader.post.listRecords"]

@@ -1,0 +1,137 @@
+"""Guardrail (notes §6): every fan-out, prune and backfill statement is index-bounded.
+
+Each statement is taken from the function that runs it and planned with EXPLAIN (QUERY PLAN);
+a bare table scan of any feeds table fails the test. PostgreSQL plans with enable_seqscan off,
+which still picks a Seq Scan when no index can serve the statement, so an empty test database
+gives the same verdict as a large one.
+
+Stricter than "no Seq Scan": a walk of a whole index (SQLite `SCAN t USING … INDEX`, PostgreSQL
+an Index Scan with no Index Cond) is unbounded too, so it fails unless the statement is an
+ordered walk that a LIMIT stops (the sweep's first page).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from feather.db import current_dialect, db
+from feather.feeds import backfill, fanout, hybrid, prune, schema
+from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
+
+A, S = "did:plc:aaaa", "did:plc:ssss"
+POST_URI = f"at://{S}/app.bsky.feed.post/3k"
+
+
+@pytest.fixture
+def app(make_app, tmp_path):
+    extra = "fanoutMaxFollowers = 1000\n"
+    return feeds_app(make_app, tmp_path, toml(extra=extra), sources=FakeSources())
+
+
+def statements(config):
+    feed = config.feeds["timeline"]
+    target = feed.targets[0]
+    post_table = config.collections["post"].table
+    follow_table = config.collections["follow"].table
+    return {
+        "fan-out insert": (fanout.target_insert_sql(config, feed, target.nsid, S, POST_URI, 1), [follow_table, "r"]),
+        "follower probe": (fanout.follower_probe_sql(config, feed, S, 1000), [follow_table, "r"]),
+        "update resync": (fanout.resync_time_sql(POST_URI, 1), ["feed_items"]),
+        "mark heavy": (fanout.mark_heavy_sql(feed, S, 1), ["feed_heavy_authors"]),
+        "target delete": (fanout.target_delete_sql(POST_URI), ["feed_items"]),
+        "follow backfill": (fanout.follow_backfill_sql(config, feed, 0, A, S), [post_table, "r", "feed_items"]),
+        "unfollow": (fanout.unfollow_sql(A, S, target.nsid), ["feed_items"]),
+        "cutoff delete": (prune.cutoff_delete_sql(A, target.nsid, 200), ["feed_items"]),
+        "sweep first page": (prune.actors_page_sql(None, 500), ["feed_items"]),
+        "sweep next page": (prune.actors_page_sql(A, 500), ["feed_items"]),
+        "bootstrap followees": ((backfill.followees_sql(config, feed), (A,)), [follow_table, "f"]),
+        "bootstrap newest": ((backfill.newest_sql(post_table), (S, 200)), [post_table, "r"]),
+        "hybrid union": ((hybrid.union_sql(config, feed, target), (A, target.nsid, "timeline", A)),
+                         ["feed_items", follow_table, "fo", post_table, "p", "feed_heavy_authors", "h"]),
+    }
+
+
+ORDERED_WALKS = {"sweep first page"}
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s()]|::\w+", "", text)
+
+
+def _pg_leading_key(index: str) -> tuple[str, str]:
+    """(table, normalised first key) of a PostgreSQL index."""
+    row = db.execute_sql(
+        "SELECT t.relname, pg_get_indexdef(i.indexrelid, 1, true) FROM pg_index i"
+        " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid WHERE c.relname = %s",
+        (index,)).fetchone()
+    return row[0], _norm(row[1])
+
+
+def unbounded_scans(lines, names, ordered_walk_ok=False):
+    """The plan lines that read a whole table, or a whole index, of one of `names`."""
+    bad = []
+    if current_dialect().is_sqlite:
+        for line in lines:
+            m = re.match(r"SCAN (\S+)", line)
+            if m and m.group(1) in names and not (ordered_walk_ok and "USING" in line):
+                bad.append(line)
+        return bad
+    for i, line in enumerate(lines):
+        seq = re.search(r"Seq Scan on (\S+)(?: (\S+))?", line)
+        if seq:
+            if {seq.group(1), seq.group(2)} & set(names):
+                bad.append(line)
+            continue
+        m = re.search(r"(?:Index Only Scan|Index Scan)(?: Backward)? using (\S+) on|Bitmap Index Scan on (\S+)", line)
+        if not m:
+            continue
+        table, key = _pg_leading_key(m.group(1) or m.group(2))
+        if table not in names:
+            continue
+        depth = len(line) - len(line.lstrip())
+        conds = []
+        for nxt in lines[i + 1:]:
+            if len(nxt) - len(nxt.lstrip()) <= depth or nxt.lstrip().startswith("->"):
+                break
+            if "Index Cond" in nxt:
+                conds.append(_norm(nxt))
+        # Bounded only when the condition constrains the index's leading key; a condition on a
+        # later column still walks the whole index.
+        if not any(key in c for c in conds) and not ordered_walk_ok:
+            bad.append(line)
+    return bad
+
+
+def plan(sql, params):
+    d = current_dialect()
+    if d.is_sqlite:
+        return d.explain(db.obj, sql, params)
+    with db.atomic():
+        db.execute_sql("SET LOCAL enable_seqscan = off")
+        return d.explain(db.obj, d.q(sql), params)
+
+
+def test_every_fanout_and_prune_statement_is_index_bounded(app):
+    d = current_dialect()
+    config = app.extensions["feeds"]
+    failures = {}
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        for name, ((sql, params), tables) in statements(config).items():
+            lines = plan(sql, params)
+            if unbounded_scans(lines, tables, name in ORDERED_WALKS) or any(
+                    d.has_full_scan(lines, t) for t in tables):
+                failures[name] = lines
+    assert failures == {}
+
+
+def test_the_guardrail_catches_a_bare_scan(app):
+    """The negative example: Contrail's old global prune, a window over the whole table."""
+    bad = ("DELETE FROM feed_items WHERE uri IN (SELECT uri FROM (SELECT uri, ROW_NUMBER() OVER"
+           " (PARTITION BY actor, collection ORDER BY time_us DESC) AS rn FROM feed_items) x WHERE rn > 200)")
+    with app.app_context(), db.connection_context():
+        lines = plan(bad, ())
+        whole_index = plan("SELECT count(*) FROM feed_items WHERE time_us > 5", ())
+    assert unbounded_scans(lines, ["feed_items"]) != []
+    assert unbounded_scans(whole_index, ["feed_items"]) != []

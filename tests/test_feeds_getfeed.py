@@ -1,0 +1,174 @@
+"""getFeed / listRecords / getRecord over XRPC (notes §4 and §7), through the Flask test client."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from tests.fixtures.feeds.feedkit import (
+    BASE_US, POST, FakeSources, create, feeds_app, follow, ingest, join_backfills, post, toml,
+)
+
+A, C, D = "did:plc:aaaa", "did:plc:cccc", "did:plc:dddd"
+GET_FEED = "/xrpc/com.example.getFeed"
+
+
+@pytest.fixture
+def app(make_app, tmp_path):
+    sources = FakeSources(handles={"alice.test": A})
+    app = feeds_app(make_app, tmp_path, toml(), sources=sources)
+    yield app
+    join_backfills(app)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+def uri(did, rkey):
+    return f"at://{did}/{POST}/{rkey}"
+
+
+@pytest.mark.parametrize("query, status, error, message", [
+    ("", 400, "InvalidRequest", "feed and actor parameters required"),
+    ("?feed=timeline", 400, "InvalidRequest", "feed and actor parameters required"),
+    ("?actor=" + A, 400, "InvalidRequest", "feed and actor parameters required"),
+    ("?feed=nope&actor=" + A, 404, "UnknownFeed", "Unknown feed"),
+    ("?feed=timeline&actor=nobody.test", 400, "InvalidRequest", "Could not resolve actor"),
+    ("?feed=timeline&actor=not%20an%20identifier", 400, "InvalidRequest", "Could not resolve actor"),
+    ("?feed=timeline&actor=" + A + "&collection=app.bsky.feed.like", 400, "InvalidRequest",
+     "Collection not in feed targets"),
+    ("?feed=timeline&actor=" + A + "&collection=profile", 400, "InvalidRequest", "Collection not in feed targets"),
+])
+def test_get_feed_errors_are_xrpc_json(client, query, status, error, message):
+    response = client.get(GET_FEED + query)
+    assert response.status_code == status
+    assert response.json == {"error": error, "message": message}
+
+
+def test_get_feed_returns_followed_posts_newest_first_in_the_record_shape(app, client):
+    ingest(app, [follow(A, "f1", C), follow(A, "f2", D)])
+    ingest(app, [post(C, "c1", BASE_US + 1), post(D, "d1", BASE_US + 3), post(C, "c2", BASE_US + 2)])
+    body = client.get(f"{GET_FEED}?feed=timeline&actor={A}").json
+    assert [r["uri"] for r in body["records"]] == [uri(D, "d1"), uri(C, "c2"), uri(C, "c1")]
+    first = body["records"][0]
+    assert set(first) == {"uri", "cid", "did", "collection", "rkey", "time_us", "value"}
+    assert (first["did"], first["collection"], first["rkey"], first["time_us"]) == (D, POST, "d1", BASE_US + 3)
+    assert first["value"]["text"] == "hello" and first["cid"].startswith("bafy")
+    assert "cursor" not in body and "profiles" not in body
+
+
+def test_actor_may_be_a_handle_and_collection_a_short_name_or_nsid(app, client):
+    ingest(app, [follow(A, "f1", C), post(C, "c1", BASE_US + 1)])
+    for extra in ("", "&collection=post", "&collection=" + POST):
+        body = client.get(f"{GET_FEED}?feed=timeline&actor=alice.test{extra}").json
+        assert [r["uri"] for r in body["records"]] == [uri(C, "c1")]
+
+
+def test_cursor_pages_over_tied_timestamps_without_drops_or_repeats(app, client):
+    ingest(app, [follow(A, "f1", C), follow(A, "f2", D)])
+    tied = [post(C, f"t{i}", BASE_US + 100) for i in range(5)] + [post(D, f"t{i}", BASE_US + 100) for i in range(2)]
+    ingest(app, tied + [post(C, "newer", BASE_US + 200), post(C, "older", BASE_US + 50)])
+    seen, cursor, sizes = [], None, []
+    while True:
+        url = f"{GET_FEED}?feed=timeline&actor={A}&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        body = client.get(url).json
+        sizes.append(len(body["records"]))
+        seen += [r["uri"] for r in body["records"]]
+        cursor = body.get("cursor")
+        if not cursor:
+            break
+    expected_tied = sorted([uri(C, f"t{i}") for i in range(5)] + [uri(D, f"t{i}") for i in range(2)])
+    assert seen == [uri(C, "newer")] + expected_tied + [uri(C, "older")]
+    # A full page always carries a cursor (Contrail: cursor iff records == limit), so 9 records
+    # in pages of 3 take a fourth, empty request to learn the end.
+    assert sizes == [3, 3, 3, 0]
+
+
+def test_cursor_is_base64url_json_with_the_uri_tie_break(app, client):
+    ingest(app, [follow(A, "f1", C), post(C, "c1", BASE_US + 1), post(C, "c2", BASE_US + 2)])
+    cursor = client.get(f"{GET_FEED}?feed=timeline&actor={A}&limit=1").json["cursor"]
+    assert "=" not in cursor
+    decoded = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    assert decoded == {"t": BASE_US + 2, "u": uri(C, "c2"), "k": "time"}
+
+
+def test_a_garbage_or_foreign_kind_cursor_returns_page_one(app, client):
+    ingest(app, [follow(A, "f1", C), post(C, "c1", BASE_US + 1)])
+    foreign = base64.urlsafe_b64encode(b'{"t":1,"u":"x","k":"search"}').decode().rstrip("=")
+    for cursor in ("%%%", "bm90IGpzb24", foreign):
+        body = client.get(f"{GET_FEED}?feed=timeline&actor={A}&cursor={cursor}").json
+        assert [r["uri"] for r in body["records"]] == [uri(C, "c1")]
+
+
+@pytest.mark.parametrize("limit, expected", [("0", 1), ("1", 1), ("-5", 1), ("250", 200), ("abc", 50), (None, 50)])
+def test_limit_is_clamped_to_1_200_default_50(app, client, limit, expected):
+    ingest(app, [follow(A, "f1", C)] + [post(C, f"p{i:03d}", BASE_US + i) for i in range(210)])
+    # follow backfill took 100; the other 110 arrived after the follow... all 210 are in the feed.
+    url = f"{GET_FEED}?feed=timeline&actor={A}" + (f"&limit={limit}" if limit is not None else "")
+    assert len(client.get(url).json["records"]) == expected
+
+
+def test_filters_come_only_from_the_configured_queryable_fields(app, client):
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [post(C, "en", BASE_US + 1, langs="en"), post(C, "de", BASE_US + 2, langs="de"),
+                 post(C, "reply", BASE_US + 3, reply={"root": {"uri": "at://x/y/z"}})])
+    got = lambda q: [r["rkey"] for r in client.get(f"{GET_FEED}?feed=timeline&actor={A}&{q}").json["records"]]
+    assert got("langs=en") == ["en"]
+    assert got("replyRootUri=at://x/y/z") == ["reply"]
+    assert got("text=hello") == ["reply", "de", "en"]  # not queryable: ignored, never interpolated
+    assert got("record%27)%20OR%201%3D1--=x") == ["reply", "de", "en"]
+
+
+def test_range_filter_and_field_sort_page_with_their_own_cursor(app, client):
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [create(C, POST, f"p{i}", {"text": "x", "createdAt": f"2020-01-0{i}T00:00:00.000Z"},
+                        time_us=BASE_US + 10 - i) for i in range(1, 6)])
+    base = f"{GET_FEED}?feed=timeline&actor={A}&createdAtMin=2020-01-02T00:00:00.000Z&createdAtMax=2020-01-04T23:00:00.000Z"
+    assert [r["rkey"] for r in client.get(base).json["records"]] == ["p4", "p3", "p2"]  # time = createdAt
+    first = client.get(base + "&sort=createdAt&limit=2").json
+    assert [r["rkey"] for r in first["records"]] == ["p4", "p3"]  # range fields sort desc by default
+    cursor = first["cursor"]
+    second = client.get(base + f"&sort=createdAt&limit=2&cursor={cursor}").json
+    assert [r["rkey"] for r in second["records"]] == ["p2"]
+    asc = client.get(base + "&sort=createdAt&order=asc").json
+    assert [r["rkey"] for r in asc["records"]] == ["p2", "p3", "p4"]
+
+
+def test_profiles_true_hydrates_author_profiles(app, client):
+    ingest(app, [follow(A, "f1", C), follow(A, "f2", D)])
+    ingest(app, [create(C, "app.bsky.actor.profile", "self", {"displayName": "Cee"}),
+                 post(C, "c1", BASE_US + 1), post(D, "d1", BASE_US + 2)])
+    body = client.get(f"{GET_FEED}?feed=timeline&actor={A}&profiles=true").json
+    assert body["profiles"][0] == {"did": D, "handle": None}
+    cee = body["profiles"][1]
+    assert (cee["did"], cee["uri"], cee["rkey"], cee["value"]["displayName"]) == (
+        C, f"at://{C}/app.bsky.actor.profile/self", "self", "Cee")
+    assert "profiles" not in client.get(f"{GET_FEED}?feed=timeline&actor={A}&profiles=1").json
+
+
+def test_list_records_pages_a_collection_and_filters_by_author(app, client):
+    ingest(app, [post(C, "c1", BASE_US + 1), post(D, "d1", BASE_US + 2), post(C, "c2", BASE_US + 2)])
+    body = client.get("/xrpc/com.example.post.listRecords").json
+    assert [r["uri"] for r in body["records"]] == [uri(C, "c2"), uri(D, "d1"), uri(C, "c1")]
+    body = client.get(f"/xrpc/com.example.post.listRecords?actor={C}&limit=1").json
+    assert [r["uri"] for r in body["records"]] == [uri(C, "c2")]
+    body = client.get(f"/xrpc/com.example.post.listRecords?actor={C}&limit=1&cursor={body['cursor']}").json
+    assert [r["uri"] for r in body["records"]] == [uri(C, "c1")]
+    bad = client.get("/xrpc/com.example.post.listRecords?actor=ghost.test")
+    assert (bad.status_code, bad.json["message"]) == (400, "Could not resolve actor")
+
+
+def test_get_record_errors_and_handle_form_uri(app, client):
+    ingest(app, [post(A, "p1", BASE_US + 1)])
+    path = "/xrpc/com.example.post.getRecord"
+    ok = client.get(f"{path}?uri=at://alice.test/{POST}/p1")
+    assert ok.status_code == 200 and ok.json["uri"] == uri(A, "p1") and ok.json["value"]["text"] == "hello"
+    assert client.get(path).json == {"error": "InvalidRequest", "message": "uri parameter required"}
+    for bad in ("at://alice.test", "https://x", f"at://{A}/{POST}"):
+        response = client.get(f"{path}?uri={bad}")
+        assert (response.status_code, response.json["message"]) == (400, "uri must be at://<actor>/<collection>/<rkey>")
+    missing = client.get(f"{path}?uri=at://{A}/{POST}/nope")
+    assert (missing.status_code, missing.json) == (404, {"error": "RecordNotFound", "message": "Record not found"})

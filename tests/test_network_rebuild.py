@@ -1,0 +1,241 @@
+"""Rebuild from empty (spec §5.4) against a loopback relay + PLC + PDS."""
+import logging
+import time
+
+import gevent
+import pytest
+
+from feather.atproto.identity import IdentityResolver
+from feather.db import db
+from feather.jetstream import store as jstore
+from feather.jetstream.events import CommitEvent
+from feather.net import GuardedClient
+from feather.network import rebuild, store, subscriptions, tasks as jobs
+from feather.network.httpclient import PacedClient
+from tests.support.fake_relay import FakeNetwork, subscription
+
+NSID = "community.lexicon.rss.subscription"
+
+
+@pytest.fixture
+def fake():
+    net = FakeNetwork()
+    yield net
+    net.close()
+
+
+@pytest.fixture
+def setup(make_app, fake, monkeypatch):
+    monkeypatch.setattr(jobs, "_boot_rebuild_done", False)
+
+    def build(relays=None, timeout=30.0, **settings):
+        app = make_app(FEATHERREADER_NETWORK_INDEX=True, **settings)
+        http = GuardedClient(allow_private_network=True, read_timeout=5, total_timeout=10)
+        resolver = IdentityResolver(http, handle_resolver="", plc_url=fake.url, txt_lookup=lambda n: [])
+        kit = rebuild.Kit(http, relays or [fake.url], resolver, PacedClient(http, interval=0.0),
+                          relay_sleep=lambda s: None, timeout=timeout)
+        return app, kit
+
+    return build
+
+
+def tick(app, kit):
+    with app.app_context(), db.connection_context():
+        jobs.rebuild_tick(app.config["FEATHER"], kit)
+
+
+def rows():
+    with db.connection_context():
+        return db.execute_sql("SELECT did, rkey, feed_url FROM net_subscription ORDER BY did, rkey").fetchall()
+
+
+def state(key):
+    with db.connection_context():
+        return store.get_state(key)
+
+
+def accounts(fake, n, per=1):
+    for i in range(n):
+        fake.add_account(f"did:plc:acct{i:03d}",
+                         [(f"r{j}", subscription(f"https://feed{j}.example/rss")) for j in range(per)])
+
+
+def test_first_start_with_indexing_on_rebuilds_every_enumerated_account(setup, fake, caplog):
+    app, kit = setup()
+    fake.add_account("did:plc:alice", [("r1", subscription("https://a.example/feed/", title="secret title")),
+                                       ("r2", subscription("https://a.example/feed?token=abcdefgh12"))])
+    fake.add_account("did:plc:bob", [("r1", subscription("https://b.example/feed"))])
+    with caplog.at_level(logging.INFO):
+        tick(app, kit)
+    assert rows() == [("did:plc:alice", "r1", "https://a.example/feed"),
+                      ("did:plc:bob", "r1", "https://b.example/feed")]
+    assert state("backfill.status") == "done"
+    assert "2 / 2 DIDs done (0 failed)" in caplog.text
+    assert all(c[2]["User-Agent"].startswith("Feather/") and "Authorization" not in c[2] for c in fake.record_calls())
+    with db.connection_context():
+        assert db.execute_sql("SELECT count(*) FROM net_backfill_queue").fetchone()[0] == 0
+    before = len(fake.requests)
+    tick(app, kit)  # completed: the next tick does nothing
+    assert len(fake.requests) == before
+
+
+def test_a_killed_rebuild_resumes_at_the_first_unfinished_account(setup, fake):
+    app, kit = setup()
+    accounts(fake, 8)
+    for did in fake.repos:
+        fake.slow_dids[did] = 0.2
+    worker = gevent.spawn(tick, app, kit)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        gevent.sleep(0.05)
+        with db.connection_context():
+            done = db.execute_sql("SELECT did FROM net_backfill_queue WHERE state = 'done'").fetchall()
+        if len(done) >= 3:
+            break
+    worker.kill()
+    finished = {d for (d,) in done}
+    assert 3 <= len(finished) < 8 and state("backfill.status") == "running"
+    fake.slow_dids.clear()
+    tick(app, kit)
+    assert state("backfill.status") == "done"
+    assert len(rows()) == 8
+    for did in finished:
+        assert len(fake.record_calls(did)) == 1  # checkpointed: never fetched again
+    assert len(fake.relay_calls()) == 1  # the enumeration was checkpointed too
+
+
+def test_an_unreachable_relay_leaves_live_indexing_on_and_the_rebuild_retries(setup, fake, caplog):
+    app, kit = setup(relays=["http://127.0.0.1:1"])
+    with caplog.at_level(logging.WARNING):
+        tick(app, kit)
+    assert state("backfill.status") == "retry"
+    assert "live indexing continues" in caplog.text
+    (sub,) = subscriptions(app.config["FEATHER"])
+    with db.connection_context():
+        jstore.apply_batch(sub, [CommitEvent("did:plc:live", store.now_us(), "create", NSID, "x",
+                                             {"url": "https://live.example/feed", "createdAt": "2026-01-01T00:00:00Z"},
+                                             "bafy")], None)
+    assert rows() == [("did:plc:live", "x", "https://live.example/feed")]
+    accounts(fake, 2)
+    kit.relay_hosts = [fake.url]
+    tick(app, kit)
+    assert state("backfill.status") == "done" and len(rows()) == 3
+
+
+def test_a_delete_seen_live_during_the_rebuild_is_not_resurrected(setup, fake):
+    app, kit = setup()
+    fake.add_account("did:plc:alice", [("gone", subscription("https://gone.example/feed")),
+                                       ("moved", subscription("https://old.example/feed"))])
+    with app.app_context(), db.connection_context():
+        rebuild.start("test")  # T0 recorded; the PDS is listed "before" the live events below
+    (sub,) = subscriptions(app.config["FEATHER"])
+    later = store.now_us() + 1_000_000
+    with db.connection_context():
+        jstore.apply_batch(sub, [
+            CommitEvent("did:plc:alice", later, "delete", NSID, "gone", None, None),
+            CommitEvent("did:plc:alice", later, "update", NSID, "moved",
+                        {"url": "https://new.example/feed", "createdAt": "2026-01-01T00:00:00Z"}, "bafy")], None)
+    tick(app, kit)
+    assert rows() == [("did:plc:alice", "moved", "https://new.example/feed")]
+
+
+def test_net_rebuild_empties_the_catalogue_loudly_and_rebuilds_it(setup, fake, caplog):
+    app, kit = setup(FEATHERREADER_NET_REBUILD=True)
+    accounts(fake, 2)
+    with app.app_context(), db.connection_context(), db.atomic():
+        store.set_state("backfill.status", "done")
+        store.upsert("did:plc:stale", "x", "https://stale.example/feed", None, 1, max_per_did=5, touched=set())
+    with caplog.at_level(logging.WARNING):
+        tick(app, kit)
+    assert "EMPTYING the network catalogue" in caplog.text
+    assert [d for d, *_ in rows()] == ["did:plc:acct000", "did:plc:acct001"]
+    calls = len(fake.requests)
+    tick(app, kit)  # once per process, not at every tick
+    assert len(fake.requests) == calls
+
+
+def test_a_boot_after_longer_than_the_replay_window_falls_back_to_a_rebuild(setup, fake):
+    app, kit = setup()
+    accounts(fake, 1)
+    old = store.now_us() - rebuild.REPLAY_WINDOW_US - 3_600_000_000
+    with db.connection_context(), db.atomic():
+        store.set_state("backfill.status", "done")
+        jstore.save_cursor("network", jstore.Cursor(old))
+        store.set_state("live.heartbeat_us", str(old))
+    subscriptions(app.config["FEATHER"])  # the moment before the stream connects
+    tick(app, kit)
+    assert len(rows()) == 1 and state("live.gap") is None
+
+
+def test_a_quiet_stream_with_a_recent_heartbeat_is_not_a_gap(setup, fake):
+    app, kit = setup()
+    accounts(fake, 1)
+    with db.connection_context(), db.atomic():
+        store.set_state("backfill.status", "done")
+        jstore.save_cursor("network", jstore.Cursor(store.now_us() - 3 * rebuild.REPLAY_WINDOW_US))
+        store.set_state("live.heartbeat_us", str(store.now_us() - 60_000_000))
+    subscriptions(app.config["FEATHER"])
+    tick(app, kit)
+    assert rows() == [] and fake.requests == []
+
+
+def test_failing_slow_and_private_address_accounts_are_skipped_and_checkpointed(setup, fake, caplog):
+    app, kit = setup(timeout=0.5)
+    accounts(fake, 4)
+    fake.failing_dids["did:plc:acct000"] = 500
+    fake.slow_dids["did:plc:acct001"] = 2.0
+    fake.pds_for["did:plc:acct002"] = "http://169.254.169.254"
+    with caplog.at_level(logging.WARNING):
+        tick(app, kit)
+    assert [d for d, *_ in rows()] == ["did:plc:acct003"]
+    assert state("backfill.status") == "done"
+    assert "took longer than 0 s" in caplog.text or "took longer than 1 s" in caplog.text
+    assert "link-local" in caplog.text
+
+
+def test_opted_out_accounts_are_skipped_by_the_rebuild(setup, fake):
+    app, kit = setup()
+    accounts(fake, 2)
+    with db.connection_context(), db.atomic():
+        store.opt_out("did:plc:acct000")
+    tick(app, kit)
+    assert [d for d, *_ in rows()] == ["did:plc:acct001"]
+
+
+def test_the_rebuild_keeps_at_most_the_per_did_cap(setup, fake):
+    app, kit = setup(FEATHERREADER_NET_MAX_RECORDS_PER_DID=3)
+    accounts(fake, 1, per=7)
+    tick(app, kit)
+    assert len(rows()) == 3
+
+
+def test_requests_to_one_host_are_spaced_by_the_interval():
+    now = [0.0]
+    slept = []
+
+    class Http:
+        allow_private_network = False
+
+        def request(self, method, url, **kw):
+            return (method, url)
+
+    def sleep(s):
+        slept.append(round(s, 3))
+        now[0] += s
+
+    paced = PacedClient(Http(), interval=1.0, clock=lambda: now[0], sleep=sleep)
+    for _ in range(3):
+        paced.get("https://pds.example/xrpc/x")
+    paced.get("https://other.example/xrpc/x")
+    assert slept == [1.0, 1.0]
+
+
+def test_the_operator_sees_rebuild_progress_and_counts(setup, fake):
+    import json
+
+    app, kit = setup()
+    accounts(fake, 3)
+    tick(app, kit)
+    out = json.loads(app.test_cli_runner().invoke(args=["network", "status"]).output)
+    assert (out["indexing"], out["rows"], out["feeds"], out["rebuild"]["status"]) == (True, 3, 1, "done")
+    assert (out["rebuild"]["done"], out["rebuild"]["total"], out["rebuild"]["failed"]) == (3, 3, 0)
