@@ -30,6 +30,10 @@ run: install
 worker: install
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app worker
 
+# Offline tour: a local Jetstream replaying demo/events.jsonl and Feather against it (instance/demo.db).
+demo: install
+	$(BIN)/python demo/run.py --port $(PORT)
+
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 

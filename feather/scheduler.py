@@ -18,11 +18,16 @@ class Job:
     kwargs: dict = field(default_factory=dict)
 
 
-def guarded(app, job: Job) -> Callable[[], None]:
-    """Run a job inside an app context and a connection of its own; log and swallow failures."""
+def guarded(app, job: Job, claim: Callable[[str], bool] | None = None) -> Callable[[], None]:
+    """Run a job inside an app context and a connection of its own; log and swallow failures.
+
+    With claim, the job runs only in the process that holds its claim: once cluster-wide.
+    """
     from feather.db import db
 
     def run() -> None:
+        if claim is not None and not claim(f"job:{job.id}"):
+            return
         try:
             with app.app_context(), db.connection_context():
                 job.func(**job.kwargs)
@@ -32,7 +37,7 @@ def guarded(app, job: Job) -> Callable[[], None]:
     return run
 
 
-def build_scheduler(app, jobs: list[Job]):
+def build_scheduler(app, jobs: list[Job], claim: Callable[[str], bool] | None = None):
     from datetime import datetime, timedelta, timezone
 
     from apscheduler.schedulers.gevent import GeventScheduler
@@ -41,7 +46,7 @@ def build_scheduler(app, jobs: list[Job]):
     now = datetime.now(timezone.utc)
     for job in jobs:
         scheduler.add_job(
-            guarded(app, job),
+            guarded(app, job, claim),
             "interval",
             id=job.id,
             seconds=job.seconds,

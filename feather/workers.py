@@ -1,20 +1,33 @@
-"""The background workers: Jetstream consumers and the scheduler, in exactly one process.
+"""The background workers: Jetstream consumers and the scheduler, and who may run them.
 
-A process runs them only while it holds the worker lock: a file lock beside the SQLite
-database, or a PostgreSQL advisory lock held on a dedicated connection. Any other process
-(a second gunicorn worker, a second `make run`) serves web only and says why in the log.
+SQLite (one machine): one process runs everything, chosen by a file lock beside the database;
+any other process serves web only and stands by.
+
+PostgreSQL (several processes): every process takes part, but each Jetstream subscription and
+each scheduled job is *claimed* through a session-level advisory lock held on one dedicated
+connection per process. A claim lives exactly as long as its owner's connection, so when a
+process dies its subscriptions and jobs are free again and another process's claim loop
+takes them within seconds.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
+import gevent.lock
+
 log = logging.getLogger(__name__)
 
-_PG_WORKER_LOCK_KEY = 0x6665617468657202
+
+def lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory-lock key for a claim name."""
+    return int.from_bytes(hashlib.sha256(f"feather:{name}".encode()).digest()[:8], "big", signed=True)
 
 
-class FileWorkerLock:
+class FileClaims:
+    """Whoever holds the file lock owns every claim; nobody else owns any."""
+
     def __init__(self, path: Path):
         from filelock import FileLock
 
@@ -31,6 +44,12 @@ class FileWorkerLock:
         except Timeout:
             return False
 
+    def try_claim(self, name: str) -> bool:
+        return self._lock.is_locked
+
+    def alive(self) -> bool:
+        return self._lock.is_locked
+
     def release(self) -> None:
         if self._lock.is_locked:
             self._lock.release(force=True)
@@ -39,50 +58,87 @@ class FileWorkerLock:
         return f"file lock {self.path}"
 
 
-class PgWorkerLock:
-    """A session-level advisory lock: it lives exactly as long as this process's connection."""
+class PgClaims:
+    """Advisory locks on one connection; a greenlet lock serialises its use."""
 
     def __init__(self, url: str):
-        self.url = url
+        self.url = url.replace("postgres://", "postgresql://", 1)
         self._conn = None
+        self._mutex = gevent.lock.Semaphore()
+        self.owned: set[str] = set()
 
     def acquire(self) -> bool:
-        import psycopg2
+        return True  # every process takes part; ownership is per claim
 
-        conn = psycopg2.connect(self.url.replace("postgres://", "postgresql://", 1), connect_timeout=5)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", (_PG_WORKER_LOCK_KEY,))
-            got = cur.fetchone()[0]
-        if got:
-            self._conn = conn
-        else:
-            conn.close()
-        return bool(got)
+    def _cursor(self):
+        if self._conn is None or self._conn.closed:
+            import psycopg2
+
+            self.owned.clear()  # a new session holds nothing
+            self._conn = psycopg2.connect(self.url, connect_timeout=5, application_name="feather-claims")
+            self._conn.autocommit = True
+        return self._conn.cursor()
+
+    def try_claim(self, name: str) -> bool:
+        with self._mutex:
+            if name in self.owned:
+                return True
+            try:
+                with self._cursor() as cur:
+                    cur.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(name),))
+                    got = bool(cur.fetchone()[0])
+            except Exception as exc:
+                log.warning("claims: could not reach PostgreSQL (%s)", exc)
+                self._drop()
+                return False
+            if got:
+                self.owned.add(name)
+            return got
+
+    def alive(self) -> bool:
+        """False when the claim connection broke: every claim it held is gone."""
+        with self._mutex:
+            if self._conn is None:
+                return True  # nothing held yet
+            try:
+                with self._conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+                return True
+            except Exception:
+                self._drop()
+                return False
+
+    def _drop(self) -> None:
+        self.owned.clear()
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn = None
 
     def release(self) -> None:
-        if self._conn is not None:
-            self._conn.close()  # closing the session releases the lock
-            self._conn = None
+        with self._mutex:
+            self._drop()
 
     def describe(self) -> str:
-        return "PostgreSQL advisory lock"
+        return "PostgreSQL advisory locks"
 
 
-def worker_lock(settings):
+def claims_for(settings):
     if settings.database_url.startswith("postgres"):
-        return PgWorkerLock(settings.database_url)
+        return PgClaims(settings.database_url)
     base = settings.sqlite_path or Path(settings.featherreader_data_dir) / "memory"
-    return FileWorkerLock(Path(str(base) + ".workers.lock"))
+    return FileClaims(Path(str(base) + ".workers.lock"))
 
 
 class Workers:
-    """Owns the lock, the consumers and the scheduler of one process."""
+    """Owns the claims, the consumers and the scheduler of one process."""
 
     def __init__(self, app):
         self.app = app
         self.settings = app.config["FEATHER"]
-        self.lock = None
+        self.claims = None
         self.scheduler = None
         self.engine = None
         self.running = False
@@ -91,23 +147,24 @@ class Workers:
         if self.settings.featherreader_disable_scheduler:
             log.info("background workers disabled by FEATHERREADER_DISABLE_SCHEDULER")
             return False
-        lock = worker_lock(self.settings)
-        if not lock.acquire():
+        claims = claims_for(self.settings)
+        if not claims.acquire():
             log.info("another process holds the %s and runs the background workers; "
-                     "this process serves web only", lock.describe())
+                     "this process serves web only (standing by)", claims.describe())
             return False
-        self.lock = lock
+        self.claims = claims
         from feather import features
         from feather.jetstream.engine import Engine
         from feather.scheduler import build_scheduler
 
-        self.engine = Engine(self.app, features.subscriptions(self.settings))
+        self.engine = Engine(self.app, features.subscriptions(self.settings), claims=claims)
         self.engine.start()
-        self.scheduler = build_scheduler(self.app, features.jobs(self.settings) + self.engine.jobs())
+        self.scheduler = build_scheduler(self.app, features.jobs(self.settings) + self.engine.jobs(),
+                                         claim=claims.try_claim)
         self.scheduler.start()
         self.running = True
         log.info("background workers running (%d subscriptions, %d jobs) under the %s",
-                 len(self.engine.subscriptions), len(self.scheduler.get_jobs()), lock.describe())
+                 len(self.engine.subscriptions), len(self.scheduler.get_jobs()), claims.describe())
         return True
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -118,6 +175,6 @@ class Workers:
             self.scheduler.shutdown(wait=False)
         if self.engine is not None:
             self.engine.stop(timeout=timeout)
-        if self.lock is not None:
-            self.lock.release()
+        if self.claims is not None:
+            self.claims.release()
         log.info("background workers stopped")

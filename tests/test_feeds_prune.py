@@ -194,3 +194,8 @@ def test_the_prune_job_is_registered_every_10_seconds(app):
 
     (job,) = jobs(app.config["FEATHER"])
     assert (job.id, job.seconds) == ("feeds-prune", 10.0)
+    put(app, "did:plc:a001", [1, 2, 3, 4, 5])
+    from feather.scheduler import guarded
+
+    guarded(app, job)()  # as the scheduler runs it: first tick ever, so a recovery pass is due
+    assert times_of(app, "did:plc:a001") == [5, 4, 3]

@@ -108,14 +108,13 @@ def test_second_process_does_not_start_a_second_set_of_workers(worker_env, tmp_p
         try:
             wait_until(lambda: js.stats()["connections"] == 1, message="first worker connected")
             second = Worker(env, tmp_path / "second.log")
-            wait_until(lambda: "runs the background workers" in second.output(), timeout=30,
+            wait_until(lambda: "standing by" in second.output(), timeout=30,
                        message="second worker to stand by")
-            time.sleep(1.0)
+            time.sleep(3.0)  # more than a claim round: the standby must still not connect
             assert js.stats()["connects_total"] == 1
             first.kill9()
-            wait_until(lambda: "background workers running" in second.output(), timeout=30,
-                       message="standby to take over")
-            wait_until(lambda: js.stats()["connections"] == 1, message="standby connected")
+            wait_until(lambda: js.stats()["connections"] == 1 and js.stats()["connects_total"] == 2,
+                       timeout=30, message="standby to take over and connect")
             assert js.stats()["connects_total"] == 2
         finally:
             first.terminate()

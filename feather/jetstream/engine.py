@@ -18,11 +18,23 @@ log = logging.getLogger(__name__)
 
 WATERMARK_CHECK_SECS = 60.0
 MEMBERSHIP_POLL_SECS = 2.0
+CLAIM_SECS = 2.0  # how soon a surviving process takes over a dead owner's subscriptions
+
+
+class _ClaimEverything:
+    """For tests and single-process use: this engine owns every subscription."""
+
+    def try_claim(self, name: str) -> bool:
+        return True
+
+    def alive(self) -> bool:
+        return True
 
 
 class Engine:
-    def __init__(self, app, subscriptions: list[Subscription]):
+    def __init__(self, app, subscriptions: list[Subscription], claims=None):
         self.app = app
+        self.claims = claims or _ClaimEverything()
         settings = app.config["FEATHER"]
         self.settings = settings
         self.subscriptions = merge(subscriptions)
@@ -30,6 +42,7 @@ class Engine:
         self.streams: dict[str, Stream] = {}
         self.stopping = Flag()
         self.watermark_paused = False
+        self._standby_logged: set[str] = set()
         self._greenlets: list[gevent.Greenlet] = []
 
     def start(self) -> None:
@@ -40,14 +53,41 @@ class Engine:
             raise hosts.HostRefused("FEATHERREADER_JETSTREAM_HOSTS is empty")
         for url in self.urls:  # refuse at start, not in a reconnect loop
             hosts.vet(url, self.settings.featherreader_allow_private_network)
+        self.check_watermark()
+        self.claim_round()
+        self._greenlets = [gevent.spawn(self._watch_watermark), gevent.spawn(self._watch_membership),
+                           gevent.spawn(self._watch_claims)]
+
+    def claim_round(self) -> None:
+        """Start a stream for every subscription this process can claim; drop all if claims were lost."""
+        if not self.claims.alive() and self.streams:
+            log.warning("jetstream: lost the claim connection; stopping %d stream(s) so another process "
+                        "can own them", len(self.streams))
+            for stream in list(self.streams.values()):
+                stream.stop(timeout=5)
+            self.streams.clear()
         for sub in self.subscriptions:
+            if sub.name in self.streams or self.stopping.is_set():
+                continue
+            if not self.claims.try_claim(f"jetstream:{sub.name}"):
+                if sub.name not in self._standby_logged:
+                    log.info("jetstream %s: another process owns this subscription; standing by", sub.name)
+                    self._standby_logged.add(sub.name)
+                continue
             stream = Stream(sub, self.urls, app=self.app,
                             allow_private=self.settings.featherreader_allow_private_network)
+            if self.watermark_paused:
+                stream.paused.set()
             self.streams[sub.name] = stream
-        self.check_watermark()
-        for stream in self.streams.values():
-            stream.start()
-        self._greenlets = [gevent.spawn(self._watch_watermark), gevent.spawn(self._watch_membership)]
+            stream.start()  # loads the saved cursor: a takeover resumes where the dead owner stopped
+            log.info("jetstream %s: claimed; streaming", sub.name)
+
+    def _watch_claims(self) -> None:
+        while not self.stopping.wait(CLAIM_SECS):
+            try:
+                self.claim_round()
+            except Exception:
+                log.exception("jetstream: claim round failed")
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()
@@ -108,10 +148,11 @@ class Engine:
                 stream._close_socket()
             else:
                 stream.paused.clear()
+        for sub in self.subscriptions:
             try:
-                store.set_paused(stream.sub.name, reason)
+                store.set_paused(sub.name, reason)
             except Exception:  # a full disk may refuse even this; the pause holds regardless
-                log.warning("jetstream %s: could not record the pause state", stream.sub.name)
+                log.warning("jetstream %s: could not record the pause state", sub.name)
 
 
 def _connection():

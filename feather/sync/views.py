@@ -36,7 +36,8 @@ def _offered() -> list[registry.App]:
 
 
 def _owner(handle: str):
-    """The signed-in account when the page is theirs; 404 when sync is not offered, 403 for others."""
+    """The signed-in account when the page is theirs; 404 when sync is not offered, 403 for others.
+    Only called under login_required, so there is an account."""
     if len(_offered()) < 2:
         abort(404, "Graph sync is not offered on this instance.")
     account = current_account()

@@ -38,3 +38,39 @@ def sign_in_with_app_password(page, pds, name: str = "alice", next_url: str | No
         page.get_by_role("button", name="Sign in with an app password").click()
     header = page.locator("header.site")
     assert header.locator(".account").inner_text() == f"@{acct.handle}", page.content()[:2000]
+
+
+def consent_in_browser_session(context, authorize_url: str, username: str, password: str) -> dict[str, str]:
+    """Sign in and consent on the PDS as the browser that is showing its authorize page.
+
+    The provider binds the request to the browser (device cookies set by that page), so the scripted
+    calls of tests/support/oauth_pds.py are made here with the browser's own PDS cookies. The pages
+    themselves are a JavaScript app; its JSON API is what a person's clicks would call.
+    """
+    from urllib.parse import parse_qs, urlsplit
+
+    import requests
+
+    from tests.support.oauth_pds import API, ConsentError
+
+    parts = urlsplit(authorize_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    jar = {c["name"]: c["value"] for c in context.cookies(origin)}
+    if "csrf-token" not in jar:
+        raise ConsentError(f"the browser holds no csrf-token cookie for {origin} (got {sorted(jar)})")
+
+    def post(path: str, body: dict) -> dict:
+        resp = requests.post(f"{origin}{API}/{path}", json=body, timeout=30, headers={
+            "Origin": origin, "Referer": authorize_url, "Sec-Fetch-Mode": "same-origin",
+            "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Dest": "empty", "x-csrf-token": jar["csrf-token"],
+            "Cookie": "; ".join(f"{k}={v}" for k, v in jar.items())})
+        for raw in resp.raw.headers.getlist("Set-Cookie"):
+            name, _, rest = raw.partition("=")
+            jar[name.strip()] = rest.split(";", 1)[0]
+        if resp.status_code != 200:
+            raise ConsentError(f"{path} answered {resp.status_code}: {resp.text[:500]}")
+        return resp.json()
+
+    signed_in = post("sign-in", {"locale": "en", "username": username, "password": password, "remember": True})
+    answer = post("consent", {"sub": signed_in["account"]["sub"]})
+    return {k: v[0] for k, v in parse_qs(urlsplit(answer["url"]).query).items()}

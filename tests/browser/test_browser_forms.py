@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 import pytest
 import requests
 
-from tests.browser.helpers import assert_clean_console, assert_footer, sign_in_with_app_password
-from tests.support.oauth_pds import approve
+from tests.browser.helpers import (assert_clean_console, assert_footer, consent_in_browser_session,
+                                   sign_in_with_app_password)
 
 pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow]
 
@@ -78,8 +78,8 @@ def test_a_wrong_app_password_re_renders_the_form_with_one_sentence(page_nojs, p
 
 def test_oauth_sign_in_form_redirects_to_the_pds_and_the_callback_signs_in(page_nojs, pds, feather_server):
     """The login form's POST answers 303 to the PDS's authorize page; the browser follows it (CSP form-action
-    allows it). The consent on the PDS is a JavaScript app, so it is scripted (tests/support/oauth_pds.py);
-    the callback is then visited by the same browser, whose cookies carry the Feather session."""
+    allows it). The consent on the PDS is a JavaScript app, so its API is called with this browser's PDS
+    cookies; the callback is then visited by the same browser, whose cookies carry the Feather session."""
     acct = pds.accounts["carol"]
     page_nojs.goto("/login?next=/privacy")
     page_nojs.fill("#identifier", acct.handle)
@@ -90,7 +90,7 @@ def test_oauth_sign_in_form_redirects_to_the_pds_and_the_callback_signs_in(page_
     first = nav.value.request.redirected_from
     assert (first.method, first.response().status) == ("POST", 303)
 
-    query = approve(authorize_url, acct.handle, acct.password)
+    query = consent_in_browser_session(page_nojs.context, authorize_url, acct.handle, acct.password)
     response = page_nojs.goto(f"{feather_server.url}/oauth/callback?{urlencode(query)}")
     assert response.url == f"{feather_server.url}/privacy"
     assert page_nojs.locator("header.site .account").inner_text() == f"@{acct.handle}"

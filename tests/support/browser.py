@@ -182,6 +182,9 @@ def _watch(page) -> None:
 def _page(request, browser, js: bool):
     context = browser.new_context(java_script_enabled=js, base_url=request.getfixturevalue("feather_server").url)
     context.set_default_timeout(15_000)
+    if js:  # CSP violations, as the page itself sees them (also logged to the console)
+        context.add_init_script("window.__csp = []; document.addEventListener('securitypolicyviolation',"
+                                " e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));")
     page = context.new_page()
     _watch(page)
     yield page

@@ -1,0 +1,1 @@
+"""`make demo`: an offline tour of Feather (see demo/run.py)."""

@@ -1,0 +1,95 @@
+"""Chaos: real worker processes SIGKILLed at random points while a log streams with forced
+drops and malformed frames mixed in; afterwards the database equals the log's state.
+
+FEATHER_CHAOS_EVENTS sets the log size (CI runs a reduced 20,000; `make bench` runs 100,000).
+"""
+import os
+import random
+import time
+
+import pytest
+
+from feather.db import db
+from feather.workers import lock_key
+from tests.support import mirror_feature
+from tests.support.eventlog import mixed_log
+from tests.support.fake_jetstream import FakeJetstream
+from tests.test_jetstream_crash import Worker, db_rows, wait_until, worker_env  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow
+
+EVENTS = int(os.environ.get("FEATHER_CHAOS_EVENTS", "20000"))
+KILLS = 20
+
+
+def _with_noise(frames, rng):
+    noisy = []
+    for frame in frames:
+        noisy.append(frame)
+        if rng.random() < 0.002:
+            noisy.append({"$raw": rng.choice(['{"did":"did:plc:x","time_us":1,"kind":"commit","commit":{',
+                                              "not json at all", '{"kind":"commit"}', "[]"])})
+    return noisy
+
+
+def _is_postgres(url):
+    return url.startswith("postgres")
+
+
+def _run_chaos(worker_env, tmp_path, workers: int, seed: int):
+    rng = random.Random(seed)
+    log = mixed_log(EVENTS, seed=seed, identity_every=101)
+    chunk = max(1, len(log) // (KILLS + 1))
+    chunks = [log[i:i + chunk] for i in range(0, len(log), chunk)]
+    with FakeJetstream() as js:
+        env = worker_env(js)
+        pool = [Worker(env, tmp_path / f"w{i}.log") for i in range(workers)]
+        try:
+            wait_until(lambda: js.stats()["connections"] == 1, message="first connection")
+            js.append(chunks[0])
+            wait_until(_cursor_saved, message="first cursor save")
+            kills = 0
+            for piece in chunks[1:]:
+                js.append(_with_noise(piece, rng))
+                time.sleep(rng.uniform(0.0, 0.4))
+                if rng.random() < 0.3:
+                    js.drop()  # a forced 1006 on top of the kill
+                victim = rng.randrange(len(pool))
+                pool[victim].kill9()
+                kills += 1
+                pool[victim].log.close()
+                pool[victim] = Worker(env, tmp_path / f"w{victim}.log")
+            assert kills >= KILLS
+            expected, _ = mirror_feature.expected_state(log)
+            wait_until(lambda: db_rows() == expected, timeout=180, interval=0.5,
+                       message=lambda: f"database equal to the log ({len(db_rows())}/{len(expected)})")
+            if workers > 1:
+                _assert_each_claim_has_one_owner()
+        finally:
+            for worker in pool:
+                worker.terminate()
+
+
+def _cursor_saved():
+    with db.connection_context():
+        return db.execute_sql("SELECT count(*) FROM jetstream_cursor WHERE name = 'global'").fetchone()[0] == 1
+
+
+def _assert_each_claim_has_one_owner():
+    with db.connection_context():
+        rows = db.execute_sql(
+            "SELECT (classid::bigint << 32) | objid::bigint AS key, count(DISTINCT pid) FROM pg_locks "
+            "WHERE locktype = 'advisory' AND granted GROUP BY 1").fetchall()
+    owners = {((key + 2**63) % 2**64) - 2**63: n for key, n in rows}
+    assert owners.get(lock_key("jetstream:global")) == 1
+    assert all(n == 1 for n in owners.values())
+
+
+def test_random_kills_drops_and_garbage_converge_to_the_log_state(worker_env, tmp_path, database_url):
+    _run_chaos(worker_env, tmp_path, workers=1, seed=21)
+
+
+def test_two_workers_on_postgres_one_killed_at_random_converge(worker_env, tmp_path, database_url):
+    if not _is_postgres(database_url):
+        pytest.skip("several worker processes share a database only on PostgreSQL")
+    _run_chaos(worker_env, tmp_path, workers=2, seed=22)
