@@ -37,5 +37,9 @@ demo: install
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# Every benchmark at full size (ratios against bare baselines measured in the same run), one table.
+bench: install
+	$(BIN)/python bench/run_all.py
+
 clean:
 	rm -rf $(VENV) node_modules static/vendor

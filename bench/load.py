@@ -1,0 +1,185 @@
+"""Load under ingest: getFeed and /network from concurrent clients on loopback while the same
+gunicorn process ingests a Jetstream replay at full rate. Reports 5xx count (must be 0), p50/p99
+per endpoint, and each as a ratio to a trivial static file served by the same process in the
+same run. Bounded in requests and time; sends traffic to 127.0.0.1 only.
+
+    python bench/load.py [--events 100000] [--requests 2000] [--concurrency 16]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.getfeed import free_port, pct  # noqa: E402
+
+RSS = "community.lexicon.rss.subscription"
+DEADLINE_SECS = 300
+
+
+def make_log(n: int, first_us: int) -> list[dict]:
+    from tests.support.eventlog import mixed_log
+    from tests.support.jetstream_wire import make_commit
+
+    rng = random.Random(3)
+    frames = mixed_log(n, seed=8, dids=2000)
+    for i in range(0, n, 50):  # rss subscriptions sprinkled in, a few feeds with many subscribers
+        did = f"did:plc:user{rng.randrange(2000):04d}"
+        frames.insert(i, make_commit(did, RSS, f"s{i:08d}", "create",
+                                     record={"$type": RSS, "url": f"https://blog{rng.randrange(8)}.example.org/feed.xml",
+                                             "createdAt": "2026-11-01T00:00:00Z"}))
+    for i, frame in enumerate(frames):
+        frame["time_us"] = first_us + 200 * i
+    return frames
+
+
+def run(events: int, requests: int, concurrency: int) -> dict:
+    from gevent import monkey
+
+    monkey.patch_all()
+    from tests.support.fake_jetstream import FakeJetstream
+
+    first_us = int(time.time() * 1_000_000) - 3_600_000_000
+    frames = make_log(events, first_us)
+    last_us = frames[-1]["time_us"]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        log = workdir / "log.jsonl"
+        log.write_text("".join(json.dumps(f) + "\n" for f in frames))
+        del frames
+        db_path = workdir / "load.db"
+        with FakeJetstream(log=str(log), ttl_secs=0) as js:
+            env = dict(os.environ, DATABASE_URL=f"sqlite:///{db_path}", FEATHERREADER_ENV="test",
+                       FEATHERREADER_DATA_DIR=str(workdir), FEATHERREADER_JETSTREAM_HOSTS=js.url,
+                       FEATHERREADER_ALLOW_PRIVATE_NETWORK="1", FEATHERREADER_NETWORK_INDEX="1",
+                       FEATHERREADER_NETWORK_PAGE="1", FEATHERREADER_LOG_LEVEL="WARNING",
+                       FEATHERREADER_RELAY_HOSTS="http://127.0.0.1:9/", FEATHERREADER_PLC_URL="http://127.0.0.1:9",
+                       FEATHERREADER_ADOPTION_INTERVAL_SECS="0")
+            subprocess.run([sys.executable, "-m", "flask", "--app", "app", "db", "upgrade"], cwd=REPO, env=env,
+                           check=True, capture_output=True)
+            _seed(db_path, first_us)
+            port = free_port()
+            server = subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent", "-w", "1", "-b",
+                                       f"127.0.0.1:{port}", "--log-level", "warning", "app:app"], cwd=REPO, env=env)
+            try:
+                _wait_port(port)
+                rng = random.Random(5)
+                paths = {
+                    "static": lambda: "/static/css/feather.css",
+                    "getFeed": lambda: ("/xrpc/com.featherreader.getFeed?feed=timeline&limit=50"
+                                        f"&actor=did:plc:user{rng.randrange(200):04d}"),
+                    "network": lambda: "/network",
+                }
+                for fn in paths.values():  # warm-up: first imports, schema checks, connection pools
+                    _load(port, fn, 50, concurrency)
+                results: dict = {}
+                for _ in range(2):  # alternate phases so drift (and ingest bursts) hit all alike
+                    for name, fn in paths.items():
+                        _merge(results, name, _load(port, fn, requests // 2, concurrency))
+                results = {name: _summary(r) for name, r in results.items()}
+                ingest_progress = _cursor(db_path) - first_us
+            finally:
+                server.terminate()
+                server.wait(30)
+            caught_up = _cursor(db_path) >= last_us
+    return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up}
+
+
+def _seed(db_path: Path, first_us: int) -> None:
+    conn = sqlite3.connect(db_path)
+    for name in ("global", "network"):
+        conn.execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES (?, ?, 0)", (name, first_us))
+    # The readers' first-read PDS backfill cannot run offline; their follows arrive on the stream.
+    conn.executemany("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, 'timeline', 1)",
+                     [(f"did:plc:user{i:04d}",) for i in range(200)])
+    conn.commit()
+    conn.close()
+
+
+def _cursor(db_path: Path) -> int:
+    conn = sqlite3.connect(db_path)
+    try:
+        row = conn.execute("SELECT time_us FROM jetstream_cursor WHERE name = 'global'").fetchone()
+        return row[0] if row else 0
+    finally:
+        conn.close()
+
+
+def _wait_port(port: int) -> None:
+    import socket
+
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("gunicorn did not come up")
+
+
+def _load(port: int, path_fn, n: int, concurrency: int) -> dict:
+    import gevent
+    from http.client import HTTPConnection
+
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    remaining = [n]
+    deadline = time.monotonic() + DEADLINE_SECS
+
+    def worker():
+        conn = HTTPConnection("127.0.0.1", port, timeout=30)
+        while remaining[0] > 0 and time.monotonic() < deadline:
+            remaining[0] -= 1
+            started = time.perf_counter()
+            conn.request("GET", path_fn())
+            response = conn.getresponse()
+            response.read()
+            latencies.append(time.perf_counter() - started)
+            statuses[response.status] = statuses.get(response.status, 0) + 1
+        conn.close()
+
+    gevent.joinall([gevent.spawn(worker) for _ in range(concurrency)], raise_error=True)
+    return {"latencies": latencies, "statuses": statuses}
+
+
+def _merge(into: dict, name: str, part: dict) -> None:
+    have = into.setdefault(name, {"latencies": [], "statuses": {}})
+    have["latencies"] += part["latencies"]
+    for code, n in part["statuses"].items():
+        have["statuses"][code] = have["statuses"].get(code, 0) + n
+
+
+def _summary(r: dict) -> dict:
+    return {"p50_ms": pct(r["latencies"], .5), "p99_ms": pct(r["latencies"], .99), "statuses": r["statuses"],
+            "count": len(r["latencies"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    out = run(args.events, args.requests, args.concurrency)
+    base = out["results"]["static"]
+    for name, r in out["results"].items():
+        fivexx = sum(n for code, n in r["statuses"].items() if code >= 500)
+        print(f"{name:8s} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
+              f"ratio p50 {r['p50_ms'] / base['p50_ms']:5.2f}x p99 {r['p99_ms'] / base['p99_ms']:5.2f}x  "
+              f"5xx {fivexx}  statuses {r['statuses']}")
+    print(f"ingest during the load: {out['ingested_us'] / 200:,.0f} events applied; caught up: {out['caught_up']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""`make bench`: run every benchmark at full size and print one table of their ratio lines.
+
+Each script measures its own bare baseline in the same run; this only collects what they print.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHES = [
+    ("ingest", [sys.executable, "bench/ingest.py", "--events", "200000"]),
+    ("fanout", [sys.executable, "bench/fanout.py"]),
+    ("getfeed", [sys.executable, "bench/getfeed.py"]),
+    ("load", [sys.executable, "bench/load.py"]),
+    ("chaos", [sys.executable, "-m", "pytest", "-q", "tests/test_chaos.py", "-p", "no:cacheprovider"]),
+]
+
+
+def main() -> int:
+    rows, failed = [], 0
+    env = dict(os.environ, FEATHER_CHAOS_EVENTS=os.environ.get("FEATHER_CHAOS_EVENTS", "100000"))
+    for name, cmd in BENCHES:
+        started = time.time()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        took = time.time() - started
+        lines = [line.strip() for line in proc.stdout.splitlines()
+                 if any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s"))]
+        if proc.returncode != 0:
+            failed += 1
+            lines.append(f"FAILED (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+        rows.append((name, took, lines))
+        print(f"... {name} done in {took:.0f}s", file=sys.stderr)
+    print(f"\n{'bench':8s} {'secs':>5s}  figures")
+    for name, took, lines in rows:
+        for i, line in enumerate(lines or ["(no output)"]):
+            print(f"{name if i == 0 else '':8s} {f'{took:.0f}' if i == 0 else '':>5s}  {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
