@@ -13,17 +13,13 @@ from tests.conftest import REPO
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.fake_jetstream import FakeJetstream
+from tests.support.waiting import wait_until as _wait
 
 pytestmark = pytest.mark.slow
 
 
 def wait_until(predicate, timeout=60.0, interval=0.1, message="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {message}")
+    _wait(predicate, timeout=timeout, interval=interval, message=message)
 
 
 class Worker:

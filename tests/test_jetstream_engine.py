@@ -10,15 +10,7 @@ from feather.jetstream.engine import Engine
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.fake_jetstream import FakeJetstream, make_commit
-
-
-def wait_until(predicate, timeout=20.0, interval=0.05, message="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        gevent.sleep(interval)
-    raise AssertionError(f"timed out waiting for {message() if callable(message) else message}")
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
