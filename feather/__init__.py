@@ -37,6 +37,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         level=settings.featherreader_log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if settings.featherreader_log_level != "DEBUG":
+        # APScheduler logs every run of every job at INFO; our jobs log what they do themselves.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     dbmod.bind(settings.database_url)
     dbmod.init_app(app)
     security.init_app(app)

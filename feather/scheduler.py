@@ -49,6 +49,7 @@ def build_scheduler(app, jobs: list[Job], claim: Callable[[str], bool] | None = 
             guarded(app, job, claim),
             "interval",
             id=job.id,
+            name=job.id,
             seconds=job.seconds,
             jitter=job.jitter,
             next_run_time=now + timedelta(seconds=job.first_run_delay),
