@@ -2,7 +2,8 @@
 
 Both databases accept `INSERT … ON CONFLICT … DO NOTHING/UPDATE` and `excluded.col`, so
 upserts are written once; what remains here is DDL types, JSON extraction, scalar max,
-size probes and query-plan inspection.
+row claiming (FOR UPDATE SKIP LOCKED, advisory transaction locks), size probes and query-plan
+inspection.
 """
 from __future__ import annotations
 
@@ -72,6 +73,20 @@ class Dialect:
 
     def greatest(self, a: str, b: str) -> str:
         return f"max({a}, {b})" if self.is_sqlite else f"GREATEST({a}, {b})"
+
+    # --- claiming rows across processes (sync lanes)
+    def skip_locked(self, alias: str) -> str:
+        """Appended to a SELECT that claims rows: on PostgreSQL, lock the chosen rows of `alias` and
+        pass over rows another transaction holds. SQLite has one writer process and a transaction
+        never yields to another greenlet, so there is nothing to lock or skip."""
+        if not alias.replace("_", "").isalnum():
+            raise ValueError(f"unsafe alias: {alias!r}")
+        return "" if self.is_sqlite else f" FOR UPDATE OF {alias} SKIP LOCKED"
+
+    def xact_lock_sql(self, key: int) -> str | None:
+        """A statement that serialises transactions on `key` until commit (PostgreSQL: a
+        transaction-level advisory lock); None on SQLite, where write transactions already are."""
+        return None if self.is_sqlite else f"SELECT pg_advisory_xact_lock({int(key)})"
 
     # --- probes
     def size_bytes_sql(self) -> str:

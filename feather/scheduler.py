@@ -16,17 +16,21 @@ class Job:
     jitter: float | None = None  # seconds of random jitter APScheduler adds to each run
     first_run_delay: float = 0.0
     kwargs: dict = field(default_factory=dict)
+    # False: the job runs in every worker process even where claims exist (it coordinates its
+    # own work through the database, like the sync runner's lane leases).
+    claimed: bool = True
 
 
 def guarded(app, job: Job, claim: Callable[[str], bool] | None = None) -> Callable[[], None]:
     """Run a job inside an app context and a connection of its own; log and swallow failures.
 
-    With claim, the job runs only in the process that holds its claim: once cluster-wide.
+    With claim, the job runs only in the process that holds its claim: once cluster-wide
+    (unless the job says claimed=False).
     """
     from feather.db import db
 
     def run() -> None:
-        if claim is not None and not claim(f"job:{job.id}"):
+        if claim is not None and job.claimed and not claim(f"job:{job.id}"):
             return
         try:
             with app.app_context(), db.connection_context():

@@ -7,7 +7,8 @@ PostgreSQL (several processes): every process takes part, but each Jetstream sub
 each scheduled job is *claimed* through a session-level advisory lock held on one dedicated
 connection per process. A claim lives exactly as long as its owner's connection, so when a
 process dies its subscriptions and jobs are free again and another process's claim loop
-takes them within seconds.
+takes them within seconds. (A job may opt out with `claimed=False` when it coordinates through
+the database itself: the sync runner leases lanes, see feather/sync/runner.py.)
 """
 from __future__ import annotations
 

@@ -114,4 +114,7 @@ def cleanup(now: int) -> dict:
     horizon = now - KEEP_HISTORY_DAYS * pacer.DAY
     execute("DELETE FROM sync_activity WHERE at < ?", horizon)
     execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?", horizon)
+    # Lane rows left behind by a process that died holding them, once they have no pending work.
+    execute("DELETE FROM sync_lanes WHERE lease_until < ? AND NOT EXISTS (SELECT 1 FROM sync_queue q"
+            " WHERE q.owner_did = sync_lanes.owner_did AND q.app = sync_lanes.app AND q.status = 'pending')", now)
     return {"cancelled": cancelled, "tombstones": tombstones}

@@ -1,0 +1,317 @@
+"""Lane leases: at most eight sync lanes run across the cluster, not per process (issue 9).
+
+Each lane here is one owner's bluesky lane holding unfollow rows (the shortest path through the
+runner: one PDS delete per row). Lane i's head row is older than lane i+1's, so "oldest first"
+has exact expected values.
+"""
+from __future__ import annotations
+
+import gevent
+import gevent.event
+import pytest
+
+from tests.conftest import PG_URL
+from tests.test_sync_kit import T0, Clock
+
+BSKY = "app.bsky.graph.follow"
+
+
+def owner(i: int) -> str:
+    return f"did:plc:owner{i:02d}"
+
+
+def make_lanes(n: int, rows_per_lane: int = 1, now: int = T0) -> None:
+    from feather.db import db
+    from feather.sync.store import execute
+
+    with db.atomic():
+        for i in range(n):
+            execute("INSERT INTO sync_sets (owner_did, apps, enabled, created_at, updated_at)"
+                    " VALUES (?, 'bluesky,tangled', 1, ?, ?)", owner(i), now, now)
+        for j in range(rows_per_lane):  # row j of every lane, so lane i's head is older than lane i+1's
+            for i in range(n):
+                rkey = f"r{i:02d}x{j}"
+                execute("INSERT INTO sync_follow_mirror (owner_did, app, rkey, subject, last_seen_at)"
+                        " VALUES (?, 'bluesky', ?, ?, ?)", owner(i), rkey, f"did:plc:subject{j}", now)
+                execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, created_at, updated_at)"
+                        " VALUES (?, 'bluesky', 'unfollow', ?, ?, 'event', ?, ?)",
+                        owner(i), f"did:plc:subject{j}", rkey, now, now)
+
+
+def leases():
+    from feather.sync.store import rows
+
+    return rows("SELECT owner_did, leased_by, lease_until FROM sync_lanes WHERE leased_by IS NOT NULL"
+                " ORDER BY owner_did")
+
+
+def pending() -> int:
+    from feather.sync.store import scalar
+
+    return scalar("SELECT COUNT(*) FROM sync_queue WHERE status = 'pending'", default=0)
+
+
+class Tracker:
+    """Shared by the writers of several runners: which lanes are inside a PDS call right now."""
+
+    def __init__(self):
+        self.in_flight: set[str] = set()
+        self.peak = 0
+        self.deleted: list[str] = []
+        self.overlap = False
+
+
+class SlowWriter:
+    """A FollowWriter whose delete takes a while (yielding to other greenlets)."""
+
+    def __init__(self, tracker: Tracker, name: str, delay=lambda owner: 0.02, during=None, hold_until: int = 0):
+        self.tracker, self.name, self.delay, self.during = tracker, name, delay, during
+        self.hold_until = hold_until  # stay in the call until this many lanes are in flight (or 5 s)
+        self.lanes: list[str] = []
+
+    def delete_follow(self, owner_did, collection, rkey):
+        t = self.tracker
+        if owner_did in t.in_flight:
+            t.overlap = True
+        t.in_flight.add(owner_did)
+        t.peak = max(t.peak, len(t.in_flight))
+        self.lanes.append(owner_did)
+        try:
+            if self.during is not None:
+                self.during(owner_did, rkey)
+            gevent.sleep(self.delay(owner_did))
+            with gevent.Timeout(5, False):
+                while t.peak < self.hold_until:
+                    gevent.sleep(0.01)
+            t.deleted.append(rkey)
+        finally:
+            t.in_flight.discard(owner_did)
+
+
+@pytest.fixture
+def ctx(make_app):
+    from feather.db import db
+
+    app = make_app()
+    with app.app_context(), db.connection_context():
+        yield app
+
+
+def runner(app, writer, holder, clock):
+    from feather.sync.runner import Runner
+
+    return Runner(writer, app.config["FEATHER"], clock, holder=holder)
+
+
+def tick_in_greenlet(app, r, start: gevent.event.Event, **kw):
+    """r.tick() in a greenlet of its own, on a connection already open, once start is set (so two
+    ticks begin their lease transactions at the same moment)."""
+    from feather.db import db
+
+    def go():
+        with app.app_context(), db.connection_context():
+            db.execute_sql("SELECT 1")
+            start.wait()
+            return r.tick(**kw)
+    return gevent.spawn(go)
+
+
+# --- leasing
+
+
+def test_two_holders_never_lease_the_same_lane_and_the_total_is_capped_at_eight(ctx):
+    from feather.sync.runner import MAX_LANES, lease_lanes
+
+    assert MAX_LANES == 8
+    make_lanes(12)
+    a = lease_lanes("proc-a", T0, 5)
+    b = lease_lanes("proc-b", T0, 8)
+    c = lease_lanes("proc-c", T0, 8)
+    assert a == [(owner(i), "bluesky") for i in range(5)]  # oldest heads first
+    assert b == [(owner(i), "bluesky") for i in range(5, 8)]  # 8 − 5 live leases
+    assert c == []  # eight live leases cluster-wide: nothing more
+    assert leases() == ([(owner(i), "proc-a", T0 + 60) for i in range(5)]
+                        + [(owner(i), "proc-b", T0 + 60) for i in range(5, 8)])
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_holder_cannot_renew_it(ctx):
+    from feather.sync.runner import lease_lanes, release_lease, renew_lease
+
+    make_lanes(12)
+    assert len(lease_lanes("dead", T0, 8)) == 8
+    assert lease_lanes("live", T0 + 30, 8) == []  # still eight live leases
+    assert lease_lanes("live", T0 + 60, 8) == []  # lease_until == now is still live
+    taken = lease_lanes("live", T0 + 61, 8)
+    assert taken == [(owner(i), "bluesky") for i in range(8)]  # the dead process's lanes, oldest first
+    assert not renew_lease("dead", owner(0), "bluesky", T0 + 62)
+    assert renew_lease("live", owner(0), "bluesky", T0 + 62)
+    release_lease("dead", owner(1), "bluesky")  # a late release by the old holder frees nothing
+    assert (owner(1), "live", T0 + 121) in leases()
+    release_lease("live", owner(1), "bluesky")
+    assert (owner(1), "live", T0 + 121) not in leases()
+    assert lease_lanes("other", T0 + 62, 8) == [(owner(1), "bluesky")]  # the one freed slot
+
+
+def test_a_dead_processes_lanes_are_run_by_another_runner_after_the_lease_expires(ctx):
+    from feather.sync.runner import lease_lanes
+
+    make_lanes(12)
+    lease_lanes("dead", T0, 8)
+    clock = Clock(T0 + 10)
+    tracker = Tracker()
+    r = runner(ctx, SlowWriter(tracker, "b", delay=lambda o: 0), "proc-b", clock)
+    assert r.tick() == 0  # eight live leases held by the dead process
+    clock.advance(51)  # T0 + 61: expired
+    assert r.tick() == 8
+    assert sorted(tracker.deleted) == [f"r{i:02d}x0" for i in range(8)]
+    assert r.tick() == 4
+    assert pending() == 0
+    from feather.sync.store import rows
+
+    assert rows("SELECT COUNT(*) FROM sync_lanes") == [(0,)]  # finished lanes leave no row behind
+
+
+def test_a_lease_is_renewed_while_its_lane_runs_and_released_after(ctx):
+    from feather.sync.runner import lease_lanes
+    from feather.sync.store import rows, scalar
+
+    make_lanes(1, rows_per_lane=3)
+    clock = Clock()
+    seen = []
+
+    def during(owner_did, rkey):
+        seen.append((scalar("SELECT lease_until FROM sync_lanes WHERE owner_did = ?", owner_did),
+                     lease_lanes("intruder", clock(), 8)))
+        clock.advance(40)  # a slow PDS: the run outlives the first lease
+
+    r = runner(ctx, SlowWriter(Tracker(), "a", delay=lambda o: 0, during=during), "proc-a", clock)
+    assert r.tick() == 3
+    assert seen == [(T0 + 60, []), (T0 + 100, []), (T0 + 140, [])]
+    assert rows("SELECT COUNT(*) FROM sync_lanes") == [(0,)]
+
+
+def test_a_runner_stops_a_lane_whose_lease_another_process_took(ctx):
+    from feather.sync.runner import lease_lanes
+
+    make_lanes(1, rows_per_lane=3)
+    clock = Clock()
+    taken = []
+
+    def during(owner_did, rkey):
+        clock.advance(61)  # this process stalls past its lease; another takes the lane
+        if not taken:
+            taken.append(lease_lanes("proc-b", clock(), 8))
+
+    r = runner(ctx, SlowWriter(Tracker(), "a", delay=lambda o: 0, during=during), "proc-a", clock)
+    assert r.tick() == 1  # the row in flight finishes; the next one is left to proc-b
+    assert taken == [[(owner(0), "bluesky")]]
+    assert leases() == [(owner(0), "proc-b", T0 + 61 + 60)]
+    assert pending() == 2
+
+
+# --- two runners at once
+
+
+def test_two_runners_ticking_at_once_run_eight_lanes_between_them_not_sixteen(ctx):
+    from feather.sync.runner import lease_lanes
+
+    make_lanes(12)
+    # The lane rows exist already (the steady state), so neither tick's INSERT of new lane rows
+    # waits on the other's: only the leasing itself keeps the two ticks apart.
+    assert lease_lanes("nobody", T0, 0) == []
+    clock = Clock()
+    tracker = Tracker()
+    # Each call waits (up to 5 s) until eight lanes are in flight, so the peak is exact whatever the
+    # connection set-up times; a ninth lane anywhere would show as a peak above eight.
+    wa, wb = (SlowWriter(tracker, name, delay=lambda o: 0.05, hold_until=8) for name in ("a", "b"))
+    start = gevent.event.Event()
+    ga = tick_in_greenlet(ctx, runner(ctx, wa, "proc-a", clock), start)
+    gb = tick_in_greenlet(ctx, runner(ctx, wb, "proc-b", clock), start)
+    gevent.sleep(0.2)  # both connections open
+    start.set()
+    gevent.joinall([ga, gb], raise_error=True, timeout=30)
+    assert ga.value + gb.value == 8
+    assert tracker.peak == 8
+    assert not set(wa.lanes) & set(wb.lanes)
+    assert len(tracker.deleted) == len(set(tracker.deleted)) == 8
+    assert pending() == 4
+
+
+def test_two_runners_ticking_in_loops_share_the_lanes_and_never_exceed_eight(ctx):
+    from feather.db import db
+
+    make_lanes(12, rows_per_lane=2)
+    clock = Clock()
+    tracker = Tracker()
+    delays = {owner(i): 0.01 * (1 + i % 4) for i in range(12)}
+    writers = [SlowWriter(tracker, name, delay=delays.__getitem__) for name in ("a", "b")]
+    runners = [runner(ctx, w, f"proc-{w.name}", clock) for w in writers]
+
+    def loop(r):
+        with ctx.app_context(), db.connection_context():
+            done = 0
+            for _ in range(500):
+                done += r.tick(rows_per_lane=1)
+                if not pending():
+                    return done
+                gevent.sleep(0.005)
+            raise AssertionError("the queue never drained")
+
+    greenlets = [gevent.spawn(loop, r) for r in runners]
+    gevent.joinall(greenlets, raise_error=True, timeout=60)
+    assert sum(g.value for g in greenlets) == 24
+    assert sorted(tracker.deleted) == sorted(f"r{i:02d}x{j}" for i in range(12) for j in range(2))
+    assert 1 <= tracker.peak <= 8
+    assert not tracker.overlap  # a lane never ran in two places at once
+    assert writers[0].lanes and writers[1].lanes  # both processes did work
+    assert leases() == []
+
+
+# --- PostgreSQL: SKIP LOCKED, not just the lease column
+
+
+@pytest.mark.skipif(not PG_URL, reason="FOR UPDATE SKIP LOCKED is PostgreSQL's")
+def test_a_lane_row_locked_by_another_transaction_is_skipped_not_waited_for(ctx, database_url):
+    import psycopg2
+
+    from feather.sync.runner import lease_lanes
+
+    make_lanes(3)
+    assert lease_lanes("proc-a", T0, 0) == []  # adds the lane rows, leases nothing
+    other = psycopg2.connect(database_url)
+    try:
+        with other.cursor() as cur:  # an open transaction holding the oldest lane's row
+            cur.execute("SELECT * FROM sync_lanes WHERE owner_did = %s FOR UPDATE", (owner(0),))
+            assert cur.rowcount == 1
+        with gevent.Timeout(5):  # FOR UPDATE without SKIP LOCKED would wait here for ever
+            got = lease_lanes("proc-a", T0, 8)
+        assert got == [(owner(1), "bluesky"), (owner(2), "bluesky")]  # the free lease on lane 0 is passed over
+        other.rollback()
+        assert lease_lanes("proc-b", T0, 8) == [(owner(0), "bluesky")]
+    finally:
+        other.close()
+
+
+def test_dialect_claiming_sql():
+    from feather.dialect import POSTGRESQL, SQLITE
+
+    assert SQLITE.skip_locked("l") == ""
+    assert POSTGRESQL.skip_locked("l") == " FOR UPDATE OF l SKIP LOCKED"
+    assert SQLITE.xact_lock_sql(7) is None
+    assert POSTGRESQL.xact_lock_sql(7) == "SELECT pg_advisory_xact_lock(7)"
+
+
+# --- scheduling: every worker process ticks its runner
+
+
+def test_the_runner_job_is_not_claimed_so_every_worker_process_runs_it(app):
+    from feather.scheduler import Job, guarded
+    from feather.sync import jobs
+
+    by_id = {j.id: j for j in jobs(app.config["FEATHER"])}
+    assert by_id["sync-runner"].claimed is False
+    assert all(j.claimed for name, j in by_id.items() if name != "sync-runner")
+    calls = []
+    guarded(app, Job("free", lambda: calls.append("free"), 60, claimed=False), claim=lambda name: False)()
+    guarded(app, Job("held", lambda: calls.append("held"), 60), claim=lambda name: False)()
+    assert calls == ["free"]
