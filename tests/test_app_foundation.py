@@ -6,6 +6,7 @@ import pytest
 
 from feather import create_app
 from feather.config import SETTINGS, ConfigError, load_settings
+from tests.conftest import PG_URL
 
 
 def _live_greenlets():
@@ -86,11 +87,10 @@ def test_every_setting_is_documented_in_the_readme():
     assert missing == []
 
 
+@pytest.mark.skipif(bool(PG_URL), reason="SQLite pragmas only apply to SQLite")
 def test_sqlite_pragmas_are_wal_busy_timeout_and_foreign_keys(app):
-    from feather.db import current_dialect, db
+    from feather.db import db
 
-    if not current_dialect().is_sqlite:
-        pytest.skip("SQLite pragmas only apply to SQLite")
     with db.connection_context():
         assert db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 5000

@@ -11,6 +11,7 @@ import pytest
 
 from feather.db import db
 from feather.workers import lock_key
+from tests.conftest import PG_URL
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.fake_jetstream import FakeJetstream
@@ -30,10 +31,6 @@ def _with_noise(frames, rng):
             noisy.append({"$raw": rng.choice(['{"did":"did:plc:x","time_us":1,"kind":"commit","commit":{',
                                               "not json at all", '{"kind":"commit"}', "[]"])})
     return noisy
-
-
-def _is_postgres(url):
-    return url.startswith("postgres")
 
 
 def _run_chaos(worker_env, tmp_path, workers: int, seed: int):
@@ -89,7 +86,6 @@ def test_random_kills_drops_and_garbage_converge_to_the_log_state(worker_env, tm
     _run_chaos(worker_env, tmp_path, workers=1, seed=21)
 
 
+@pytest.mark.skipif(not PG_URL, reason="several worker processes share a database only on PostgreSQL")
 def test_two_workers_on_postgres_one_killed_at_random_converge(worker_env, tmp_path, database_url):
-    if not _is_postgres(database_url):
-        pytest.skip("several worker processes share a database only on PostgreSQL")
     _run_chaos(worker_env, tmp_path, workers=2, seed=22)
