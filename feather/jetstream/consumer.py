@@ -130,9 +130,11 @@ class Stream:
             url = hosts.with_params(self.urls[host_index], self.sub.collections, dids, self._connect_cursor())
             try:
                 hosts.vet(url, self.allow_private)
-                # UTF-8 is checked by decode(), per frame: websocket-client's pure-Python check costs
+                # No websocket-client locks: only this greenlet reads, and the rare options_update
+                # writes, a different direction of the socket (gevent allows one reader and one
+                # writer at once). UTF-8 is checked by decode(), per frame: websocket-client's pure-Python check costs
                 # 3x the receive time, and its failure would look like a dead socket (replay loop).
-                self.ws = websocket.create_connection(url, timeout=RECV_TIMEOUT_SECS, enable_multithread=True,
+                self.ws = websocket.create_connection(url, timeout=RECV_TIMEOUT_SECS, enable_multithread=False,
                                                       skip_utf8_validation=True)
             except Exception as exc:
                 self.stats["connect_failures"] += 1
@@ -262,10 +264,14 @@ class Stream:
                 newest = store.Cursor(max(e.time_us for e in batch), last.seq)
                 save = now - last_save >= CURSOR_SAVE_SECS or self.stopping.is_set()
                 try:
-                    with self.app.app_context(), db.connection_context():
+                    # The writer keeps one connection for its life: opening and closing one per
+                    # batch cost more than the batch (pragmas on open, a WAL checkpoint on close).
+                    db.connect(reuse_if_open=True)
+                    with self.app.app_context():
                         store.apply_batch(self.sub, batch, newest if save else None)
                 except Exception:
                     # Nothing was committed; reconnect from the last applied cursor and replay.
+                    self._close_db()
                     self.stats["batch_failures"] += 1
                     log.exception("jetstream %s: applying a batch of %d failed; replaying", self.sub.name, len(batch))
                     self.generation += 1  # before anything yields: the reader must not queue more
@@ -281,7 +287,18 @@ class Stream:
                 self.stats["applied"] += len(batch)
             elif self.stopping.is_set():
                 self._flush_cursor()
+                self._close_db()
                 return
+
+    @staticmethod
+    def _close_db() -> None:
+        from feather.db import db
+
+        try:
+            if not db.is_closed():
+                db.close()
+        except Exception:  # a broken connection is what we are getting rid of
+            pass
 
     def _flush_cursor(self) -> None:
         """On a clean stop, make sure the last applied cursor is on disk."""
@@ -296,18 +313,27 @@ class Stream:
             log.exception("jetstream %s: could not save the cursor at shutdown", self.sub.name)
 
     def _next_batch(self) -> list:
+        """Up to BATCH_EVENTS events, or whatever arrived within BATCH_SECS of the first one."""
         batch: list = []
         deadline = None
         while len(batch) < BATCH_EVENTS:
-            timeout = 0.2 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                batch.append(self.queue.get(timeout=timeout))
+                batch.append(self.queue.get_nowait())  # the common case under load: no timer
             except Empty:
                 if deadline is None:
-                    if self.stopping.is_set():
-                        return batch
-                    continue
-                break
+                    timeout = 0.2
+                else:
+                    timeout = deadline - time.monotonic()
+                    if timeout <= 0:
+                        break
+                try:
+                    batch.append(self.queue.get(timeout=timeout))
+                except Empty:
+                    if deadline is None:
+                        if self.stopping.is_set():
+                            return batch
+                        continue
+                    break
             if deadline is None:
                 deadline = time.monotonic() + BATCH_SECS
             if self.stopping.is_set() and self.queue.empty():

