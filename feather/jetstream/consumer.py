@@ -224,8 +224,15 @@ class Stream:
     def _close_socket(self) -> None:
         ws, self.ws = self.ws, None
         if ws is not None:
+            # Send the close frame, then close the socket outright: waiting for the server's
+            # reply would mean reading while the reader greenlet reads, and a plain close also
+            # wakes that reader at once (gevent cancels its wait).
             try:
-                ws.close(timeout=1)
+                ws.send_close()
+            except Exception:
+                pass
+            try:
+                ws.shutdown()
             except Exception:
                 pass
 
