@@ -47,30 +47,13 @@ def consent_in_browser_session(context, authorize_url: str, username: str, passw
     calls of tests/support/oauth_pds.py are made here with the browser's own PDS cookies. The pages
     themselves are a JavaScript app; its JSON API is what a person's clicks would call.
     """
-    from urllib.parse import parse_qs, urlsplit
+    from urllib.parse import urlsplit
 
-    import requests
-
-    from tests.support.oauth_pds import API, ConsentError
+    from tests.support.oauth_pds import ConsentError, consent_with_cookies
 
     parts = urlsplit(authorize_url)
     origin = f"{parts.scheme}://{parts.netloc}"
     jar = {c["name"]: c["value"] for c in context.cookies(origin)}
     if "csrf-token" not in jar:
         raise ConsentError(f"the browser holds no csrf-token cookie for {origin} (got {sorted(jar)})")
-
-    def post(path: str, body: dict) -> dict:
-        resp = requests.post(f"{origin}{API}/{path}", json=body, timeout=30, headers={
-            "Origin": origin, "Referer": authorize_url, "Sec-Fetch-Mode": "same-origin",
-            "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Dest": "empty", "x-csrf-token": jar["csrf-token"],
-            "Cookie": "; ".join(f"{k}={v}" for k, v in jar.items())})
-        for raw in resp.raw.headers.getlist("Set-Cookie"):
-            name, _, rest = raw.partition("=")
-            jar[name.strip()] = rest.split(";", 1)[0]
-        if resp.status_code != 200:
-            raise ConsentError(f"{path} answered {resp.status_code}: {resp.text[:500]}")
-        return resp.json()
-
-    signed_in = post("sign-in", {"locale": "en", "username": username, "password": password, "remember": True})
-    answer = post("consent", {"sub": signed_in["account"]["sub"]})
-    return {k: v[0] for k, v in parse_qs(urlsplit(answer["url"]).query).items()}
+    return consent_with_cookies(authorize_url, jar, username, password)

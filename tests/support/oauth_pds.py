@@ -42,6 +42,16 @@ def approve(authorize_url: str, username: str, password: str, scope: str | None 
     if "csrf-token" not in jar:
         raise ConsentError(f"no csrf-token cookie on the authorize page (got {sorted(jar)})")
 
+    return consent_with_cookies(authorize_url, jar, username, password, scope)
+
+
+def consent_with_cookies(authorize_url: str, jar: dict[str, str], username: str, password: str,
+                         scope: str | None = None) -> dict[str, str]:
+    """Sign in and consent through the provider's API, carrying the PDS cookies in jar (updated
+    in place); returns the callback query (code, state, iss)."""
+    parts = urlsplit(authorize_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+
     def post(path: str, body: dict) -> dict:
         resp = requests.post(f"{origin}{API}/{path}", json=body, timeout=30, headers={
             "Origin": origin, "Referer": authorize_url, "Sec-Fetch-Mode": "same-origin",
@@ -53,8 +63,7 @@ def approve(authorize_url: str, username: str, password: str, scope: str | None 
         return resp.json()
 
     signed_in = post("sign-in", {"locale": "en", "username": username, "password": password, "remember": True})
-    sub = signed_in["account"]["sub"]
-    body = {"sub": sub}
+    body = {"sub": signed_in["account"]["sub"]}
     if scope is not None:
         body["scope"] = scope
     answer = post("consent", body)
