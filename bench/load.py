@@ -1,9 +1,13 @@
-"""Load under ingest: getFeed and /network from concurrent clients on loopback while the same
-gunicorn process ingests a Jetstream replay at full rate. Reports 5xx count (must be 0), p50/p99
-per endpoint, and each as a ratio to a trivial static file served by the same process in the
-same run. Bounded in requests and time; sends traffic to 127.0.0.1 only.
+"""Load under ingest: getFeed and /network from concurrent clients on loopback while a Jetstream
+replay is ingested at full rate. Reports 5xx count (must be 0), p50/p99 per endpoint, and each as
+a ratio to a trivial static file served by the same web process in the same run. Bounded in
+requests and time; sends traffic to 127.0.0.1 only.
 
-    python bench/load.py [--events 100000] [--requests 2000] [--concurrency 16]
+Two deployment shapes: by default one gunicorn process serves and ingests (the `make run` shape);
+with --split the web process runs no workers and a separate `flask worker` ingests (the README's
+scale-out Procfile).
+
+    python bench/load.py [--events 100000] [--requests 2000] [--concurrency 16] [--split]
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def make_log(n: int, first_us: int) -> list[dict]:
     return frames
 
 
-def run(events: int, requests: int, concurrency: int) -> dict:
+def run(events: int, requests: int, concurrency: int, split: bool = False) -> dict:
     from gevent import monkey
 
     monkey.patch_all()
@@ -69,6 +73,10 @@ def run(events: int, requests: int, concurrency: int) -> dict:
                            check=True, capture_output=True)
             _seed(db_path, first_us)
             port = free_port()
+            worker = None
+            if split:
+                worker = subprocess.Popen([sys.executable, "-m", "flask", "--app", "app", "worker"], cwd=REPO, env=env)
+                env = dict(env, FEATHERREADER_RUN_WORKERS="0")
             server = subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent", "-w", "1", "-b",
                                        f"127.0.0.1:{port}", "--log-level", "warning", "app:app"], cwd=REPO, env=env)
             try:
@@ -89,8 +97,10 @@ def run(events: int, requests: int, concurrency: int) -> dict:
                 results = {name: _summary(r) for name, r in results.items()}
                 ingest_progress = _cursor(db_path) - first_us
             finally:
-                server.terminate()
-                server.wait(30)
+                for proc in (server, worker):
+                    if proc is not None:
+                        proc.terminate()
+                        proc.wait(30)
             caught_up = _cursor(db_path) >= last_us
     return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up}
 
@@ -170,8 +180,10 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--split", action="store_true", help="web without workers, plus one `flask worker`")
     args = parser.parse_args()
-    out = run(args.events, args.requests, args.concurrency)
+    out = run(args.events, args.requests, args.concurrency, args.split)
+    print("shape: " + ("gunicorn (web only) + flask worker" if args.split else "one gunicorn process, web + workers"))
     base = out["results"]["static"]
     for name, r in out["results"].items():
         fivexx = sum(n for code, n in r["statuses"].items() if code >= 500)

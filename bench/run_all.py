@@ -16,6 +16,7 @@ BENCHES = [
     ("fanout", [sys.executable, "bench/fanout.py"]),
     ("getfeed", [sys.executable, "bench/getfeed.py"]),
     ("load", [sys.executable, "bench/load.py"]),
+    ("load-split", [sys.executable, "bench/load.py", "--split"]),
     ("chaos", [sys.executable, "-m", "pytest", "-q", "tests/test_chaos.py", "-p", "no:cacheprovider"]),
 ]
 

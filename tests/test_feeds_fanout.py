@@ -139,3 +139,40 @@ def test_dev_injection_reaches_the_feed(app):
         inject(settings, frame_from_fields(A, FOLLOW, "create", rkey="f1", subject=C))
         inject(settings, frame_from_fields(C, POST, "create", rkey="p1", record={"text": "hi"}))
     assert feed_uris(app, A) == [uri(C, "p1")]
+
+
+# --- several events for one URI inside one batch: each sees the ones before it -----------------
+
+def test_create_then_delete_in_one_batch_leaves_nothing(app):
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [post(C, "p1", BASE_US + 1), delete(C, POST, "p1")])
+    assert rows(app, "SELECT count(*) FROM feed_items") == [(0,)]
+    assert rows(app, "SELECT count(*) FROM feed_records_post") == [(0,)]
+
+
+def test_delete_then_recreate_in_one_batch_fans_out_the_new_record(app):
+    ingest(app, [follow(A, "f1", C), post(C, "p1", BASE_US + 1)])
+    recreated = create(C, POST, "p1", {"text": "again", "createdAt": iso(BASE_US + 5)}, time_us=BASE_US + 5,
+                       cid="bafyagain")
+    ingest(app, [delete(C, POST, "p1"), recreated])
+    assert rows(app, "SELECT actor, time_us FROM feed_items") == [(A, BASE_US + 5)]
+    assert rows(app, "SELECT cid FROM feed_records_post") == [("bafyagain",)]
+
+
+def test_the_same_create_twice_in_one_batch_is_applied_once(app):
+    from feather.db import db
+    from feather.feeds import apply, config_for
+
+    ingest(app, [follow(A, "f1", C)])
+    with app.app_context(), db.connection_context(), db.atomic():
+        changed = apply.apply_batch(config_for(app.config["FEATHER"]), [post(C, "p1", BASE_US + 1)] * 2)
+    assert changed == 1
+    assert rows(app, "SELECT actor FROM feed_items") == [(A,)]
+
+
+def test_a_follow_and_its_unfollow_in_one_batch_leave_the_feed_as_it_was(app):
+    ingest(app, [post(C, "c1", BASE_US + 1)])
+    ingest(app, [follow(A, "f1", C), unfollow(A, "f1")])
+    assert feed_uris(app, A) == []
+    assert rows(app, "SELECT count(*) FROM feed_records_follow") == [(0,)]
+

@@ -26,13 +26,17 @@ def _subject(record_text_or_dict) -> str | None:
     return subject if is_valid_did(subject) else None
 
 
-def apply_event(config: FeedsConfig, event: CommitEvent) -> bool:
-    """Store and fan out one commit. True when it changed something (i.e. was not a replay)."""
+def apply_event(config: FeedsConfig, event: CommitEvent, priors: dict | None = None) -> bool:
+    """Store and fan out one commit. True when it changed something (i.e. was not a replay).
+
+    `priors` is the batch's view of stored records ({uri: (cid, record, time_us) or None}, see
+    load_priors); this keeps it current so a later event in the same batch sees this one.
+    """
     coll = config.by_nsid(event.collection)
     if coll is None:
         return False
     nsid, uri = event.collection, event.uri
-    prior = records.load(coll, uri)
+    prior = priors[uri] if priors is not None and uri in priors else records.load(coll, uri)
     now = records.now_us()
     is_follow = nsid in config.follow_nsids
     is_target = nsid in config.target_nsids
@@ -40,6 +44,8 @@ def apply_event(config: FeedsConfig, event: CommitEvent) -> bool:
         if prior is None:
             return False
         records.delete(coll, uri)
+        if priors is not None:
+            priors[uri] = None
         if is_target:
             fanout.remove_target(uri)
         if is_follow:
@@ -50,8 +56,10 @@ def apply_event(config: FeedsConfig, event: CommitEvent) -> bool:
     if prior is not None and prior[0] == event.cid:
         return False
     time_us = records.record_time_us(event.record, event.time_us)
-    records.store(coll, uri=uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
-                  time_us=time_us)
+    text = records.store(coll, uri=uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
+                         time_us=time_us)
+    if priors is not None:
+        priors[uri] = (event.cid, text, time_us)
     if is_target:
         fanout.fan_out_target(config, nsid, event.did, uri, time_us, updated=prior is not None, now=now)
     if is_follow and event.operation == "create" and prior is None:
@@ -66,15 +74,30 @@ def mark_dirty() -> None:
     db.execute_sql("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
 
 
+def load_priors(config: FeedsConfig, events) -> dict:
+    """What is stored for every URI the batch touches, read up front: one SELECT per collection
+    instead of one per event. Absent URIs map to None."""
+    wanted: dict = {}
+    for event in events:
+        coll = config.by_nsid(event.collection)
+        if coll is not None:
+            wanted.setdefault(coll.table, (coll, set()))[1].add(event.uri)
+    priors: dict = {}
+    for coll, uris in wanted.values():
+        found = records.load_many(coll, sorted(uris))
+        priors.update((uri, found.get(uri)) for uri in uris)
+    return priors
+
+
 def apply_batch(config: FeedsConfig, events) -> int:
     """The engine's handler for the "global" subscription. Returns how many events changed rows."""
     schema.ensure(config)
+    commits = [event for event in events if isinstance(event, CommitEvent)]
+    priors = load_priors(config, commits)
     changed = 0
     mutating = False
-    for event in events:
-        if not isinstance(event, CommitEvent):
-            continue
-        if apply_event(config, event):
+    for event in commits:
+        if apply_event(config, event, priors):
             changed += 1
             mutating = mutating or event.collection in config.feed_mutating_nsids
     if mutating:

@@ -9,6 +9,7 @@ from feather.atproto.syntax import InvalidSyntax, parse_datetime
 from feather.db import current_dialect, db
 from feather.feeds.config import Collection
 
+LOAD_CHUNK = 500  # bound parameters per statement, under SQLite's 999 floor on old builds
 _arrival_lock = threading.Lock()
 _last_arrival = 0
 
@@ -49,17 +50,31 @@ def load(c: Collection, uri: str) -> tuple[str | None, str | None, int] | None:
     return (row[0], row[1], row[2]) if row else None
 
 
-def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
-          time_us: int) -> None:
+def load_many(c: Collection, uris: list[str]) -> dict[str, tuple[str | None, str | None, int]]:
+    """load() for many URIs in a few statements: {uri: (cid, record JSON text, time_us)} for those stored."""
     d = current_dialect()
+    found: dict[str, tuple[str | None, str | None, int]] = {}
+    for start in range(0, len(uris), LOAD_CHUNK):
+        chunk = uris[start:start + LOAD_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        rows = db.execute_sql(d.q(f"SELECT uri, cid, record, time_us FROM {c.table} WHERE uri IN ({marks})"), chunk)
+        found.update((row[0], (row[1], row[2], row[3])) for row in rows.fetchall())
+    return found
+
+
+def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
+          time_us: int) -> str:
+    """Upsert; returns the record JSON text as stored."""
+    d = current_dialect()
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
     db.execute_sql(
         d.q(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid, record = excluded.record,"
             " time_us = excluded.time_us, indexed_at = excluded.indexed_at, arrival = excluded.arrival"),
-        (uri, did, rkey, cid, json.dumps(record, separators=(",", ":"), ensure_ascii=False),
-         time_us, now_us(), next_arrival()),
+        (uri, did, rkey, cid, text, time_us, now_us(), next_arrival()),
     )
+    return text
 
 
 def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict,

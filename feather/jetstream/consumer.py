@@ -44,6 +44,22 @@ def backoff_delay(attempt: int, rand=random.random) -> float:
     return base * (1 + JITTER * (2 * rand() - 1))
 
 
+def yield_to_io() -> None:
+    """Let the hub poll sockets before the next batch.
+
+    A batch holds the loop for as long as its SQL runs. gevent.sleep(0) only queues a callback,
+    and the hub runs dozens of callbacks before it polls again, so a writer and reader handing
+    off to each other through the queue kept web requests in the same process waiting for the
+    whole catch-up. A zero timer fires only after the next poll.
+    """
+    hub = gevent.get_hub()
+    timer = hub.loop.timer(0)
+    try:
+        hub.wait(timer)
+    finally:
+        timer.close()
+
+
 class Stream:
     def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool):
         self.sub = sub
@@ -292,6 +308,7 @@ class Stream:
                 self.cursor = newest if self.cursor is None else store.Cursor(
                     max(self.cursor.time_us, newest.time_us), newest.seq or self.cursor.seq)
                 self.stats["applied"] += len(batch)
+                yield_to_io()
             elif self.stopping.is_set():
                 self._flush_cursor()
                 self._close_db()

@@ -17,6 +17,9 @@ COLLECTIONS = ["app.bsky.feed.post", "app.bsky.graph.follow", "app.bsky.feed.lik
 _ready = False
 # Test knob: seconds the handler sleeps per batch (a slow writer, to fill the queue).
 SLOW_WRITER_SECS = 0.0
+# Test knob: seconds the handler computes per batch without yielding (SQL-bound work holds the loop).
+BUSY_WRITER_SECS = 0.0
+batches_applied = 0
 gaps: list[int] = []
 
 
@@ -48,6 +51,12 @@ def apply_batch(events) -> None:
                            (event.did, f"{event.active}:{event.status}"))
     if SLOW_WRITER_SECS:
         time.sleep(SLOW_WRITER_SECS)
+    if BUSY_WRITER_SECS:
+        until = time.perf_counter() + BUSY_WRITER_SECS
+        while time.perf_counter() < until:
+            pass
+    global batches_applied
+    batches_applied += 1
 
 
 def _dids():
