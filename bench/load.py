@@ -4,14 +4,16 @@ a ratio to a trivial static file served by the same web process in the same run.
 requests and time; sends traffic to 127.0.0.1 only.
 
 Two deployment shapes: by default one gunicorn process serves and ingests (the `make run` shape);
-with --split the web process runs no workers and a separate `flask worker` ingests (the README's
-scale-out Procfile).
+with --split the web processes run no workers and separate `flask worker` processes ingest (the
+README's scale-out Procfile), on SQLite or, with --postgres, on a scratch PostgreSQL database.
 
-    python bench/load.py [--events 100000] [--requests 2000] [--concurrency 16] [--split]
+    python bench/load.py [--events 100000] [--requests 2000] [--concurrency 16]
+                         [--split [--web-procs N] [--worker-procs N]] [--postgres URL]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -47,7 +49,11 @@ def make_log(n: int, first_us: int) -> list[dict]:
     return frames
 
 
-def run(events: int, requests: int, concurrency: int, split: bool = False) -> dict:
+def run(events: int, requests: int, concurrency: int, split: bool = False, postgres: str | None = None,
+        web_procs: int = 1, worker_procs: int = 1, drain_secs: float = 0) -> dict:
+    """postgres: a PostgreSQL URL whose role may CREATE DATABASE; a scratch database is made
+    beside it and dropped afterwards. web_procs/worker_procs only matter with split. drain_secs:
+    after the load, how long to let ingest finish the log before stopping (tests check it does)."""
     from gevent import monkey
 
     monkey.patch_all()
@@ -56,14 +62,13 @@ def run(events: int, requests: int, concurrency: int, split: bool = False) -> di
     first_us = int(time.time() * 1_000_000) - 3_600_000_000
     frames = make_log(events, first_us)
     last_us = frames[-1]["time_us"]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _scratch_database(postgres, Path(tmp)) as url:
         workdir = Path(tmp)
         log = workdir / "log.jsonl"
         log.write_text("".join(json.dumps(f) + "\n" for f in frames))
         del frames
-        db_path = workdir / "load.db"
         with FakeJetstream(log=str(log), ttl_secs=0) as js:
-            env = dict(os.environ, DATABASE_URL=f"sqlite:///{db_path}", FEATHERREADER_ENV="test",
+            env = dict(os.environ, DATABASE_URL=url, FEATHERREADER_ENV="test",
                        FEATHERREADER_DATA_DIR=str(workdir), FEATHERREADER_JETSTREAM_HOSTS=js.url,
                        FEATHERREADER_ALLOW_PRIVATE_NETWORK="1", FEATHERREADER_NETWORK_INDEX="1",
                        FEATHERREADER_NETWORK_PAGE="1", FEATHERREADER_LOG_LEVEL="WARNING",
@@ -71,16 +76,19 @@ def run(events: int, requests: int, concurrency: int, split: bool = False) -> di
                        FEATHERREADER_ADOPTION_INTERVAL_SECS="0")
             subprocess.run([sys.executable, "-m", "flask", "--app", "app", "db", "upgrade"], cwd=REPO, env=env,
                            check=True, capture_output=True)
-            _seed(db_path, first_us)
+            _seed(url, first_us)
             port = free_port()
-            worker = None
+            procs = []
             if split:
-                worker = subprocess.Popen([sys.executable, "-m", "flask", "--app", "app", "worker"], cwd=REPO, env=env)
+                procs += [subprocess.Popen([sys.executable, "-m", "flask", "--app", "app", "worker"], cwd=REPO, env=env)
+                          for _ in range(worker_procs)]
                 env = dict(env, FEATHERREADER_RUN_WORKERS="0")
-            server = subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent", "-w", "1", "-b",
-                                       f"127.0.0.1:{port}", "--log-level", "warning", "app:app"], cwd=REPO, env=env)
+            procs.append(subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent",
+                                           "-w", str(web_procs if split else 1), "-b", f"127.0.0.1:{port}",
+                                           "--log-level", "warning", "app:app"], cwd=REPO, env=env))
             try:
                 _wait_port(port)
+                started = time.monotonic()
                 rng = random.Random(5)
                 paths = {
                     "static": lambda: "/static/css/feather.css",
@@ -95,34 +103,77 @@ def run(events: int, requests: int, concurrency: int, split: bool = False) -> di
                     for name, fn in paths.items():
                         _merge(results, name, _load(port, fn, requests // 2, concurrency))
                 results = {name: _summary(r) for name, r in results.items()}
-                ingest_progress = _cursor(db_path) - first_us
+                ingest_progress = _cursor(url) - first_us
+                load_secs = time.monotonic() - started
+                drain_until = time.monotonic() + drain_secs
+                while _cursor(url) < last_us and time.monotonic() < drain_until:
+                    time.sleep(0.5)
             finally:
-                for proc in (server, worker):
-                    if proc is not None:
-                        proc.terminate()
-                        proc.wait(30)
-            caught_up = _cursor(db_path) >= last_us
-    return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up}
+                for proc in procs:
+                    proc.terminate()
+                for proc in procs:
+                    proc.wait(30)
+            caught_up = _cursor(url) >= last_us
+    return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up, "load_secs": load_secs}
 
 
-def _seed(db_path: Path, first_us: int) -> None:
-    conn = sqlite3.connect(db_path)
-    for name in ("global", "network"):
-        conn.execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES (?, ?, 0)", (name, first_us))
-    # The readers' first-read PDS backfill cannot run offline; their follows arrive on the stream.
-    conn.executemany("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, 'timeline', 1)",
-                     [(f"did:plc:user{i:04d}",) for i in range(200)])
-    conn.commit()
-    conn.close()
+@contextlib.contextmanager
+def _scratch_database(postgres: str | None, workdir: Path):
+    if not postgres:
+        yield f"sqlite:///{workdir / 'load.db'}"
+        return
+    import psycopg2
 
+    name = f"feather_load_{os.getpid()}_{random.randrange(1 << 30):x}"
 
-def _cursor(db_path: Path) -> int:
-    conn = sqlite3.connect(db_path)
+    def admin(sql: str) -> None:
+        conn = psycopg2.connect(postgres)
+        conn.autocommit = True
+        try:
+            conn.cursor().execute(sql)
+        finally:
+            conn.close()
+
+    admin(f"CREATE DATABASE {name}")
     try:
-        row = conn.execute("SELECT time_us FROM jetstream_cursor WHERE name = 'global'").fetchone()
-        return row[0] if row else 0
+        yield f"{postgres.rsplit('/', 1)[0]}/{name}"
+    finally:
+        admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
+def _connect(url: str):
+    """A plain DB-API connection and its placeholder, outside Feather (the bench only seeds and peeks)."""
+    if url.startswith("sqlite:///"):
+        conn, mark = sqlite3.connect(url.removeprefix("sqlite:///")), "?"
+    else:
+        import psycopg2
+
+        conn, mark = psycopg2.connect(url), "%s"
+    try:
+        yield conn, mark
+        conn.commit()
     finally:
         conn.close()
+
+
+def _seed(url: str, first_us: int) -> None:
+    with _connect(url) as (conn, m):
+        cur = conn.cursor()
+        for name in ("global", "network"):
+            cur.execute(f"INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES ({m}, {m}, 0)",
+                        (name, first_us))
+        # The readers' first-read PDS backfill cannot run offline; their follows arrive on the stream.
+        cur.executemany(f"INSERT INTO feed_backfills (actor, feed, completed) VALUES ({m}, 'timeline', 1)",
+                        [(f"did:plc:user{i:04d}",) for i in range(200)])
+
+
+def _cursor(url: str) -> int:
+    with _connect(url) as (conn, m):
+        cur = conn.cursor()
+        cur.execute(f"SELECT time_us FROM jetstream_cursor WHERE name = {m}", ("global",))
+        row = cur.fetchone()
+        return row[0] if row else 0
 
 
 def _wait_port(port: int) -> None:
@@ -180,17 +231,25 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--split", action="store_true", help="web without workers, plus one `flask worker`")
+    parser.add_argument("--split", action="store_true", help="web without workers, plus `flask worker` processes")
+    parser.add_argument("--postgres", metavar="URL", help="run on a scratch database made beside this one")
+    parser.add_argument("--web-procs", type=int, default=1, help="gunicorn -w, with --split")
+    parser.add_argument("--worker-procs", type=int, default=1, help="flask worker processes, with --split")
     args = parser.parse_args()
-    out = run(args.events, args.requests, args.concurrency, args.split)
-    print("shape: " + ("gunicorn (web only) + flask worker" if args.split else "one gunicorn process, web + workers"))
+    out = run(args.events, args.requests, args.concurrency, args.split, args.postgres, args.web_procs,
+              args.worker_procs)
+    shape = (f"gunicorn -w {args.web_procs} (web only) + {args.worker_procs} flask worker(s)" if args.split
+             else "one gunicorn process, web + workers")
+    print(f"shape: {shape} on {'PostgreSQL' if args.postgres else 'SQLite'}")
     base = out["results"]["static"]
     for name, r in out["results"].items():
         fivexx = sum(n for code, n in r["statuses"].items() if code >= 500)
         print(f"{name:8s} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
               f"ratio p50 {r['p50_ms'] / base['p50_ms']:5.2f}x p99 {r['p99_ms'] / base['p99_ms']:5.2f}x  "
               f"5xx {fivexx}  statuses {r['statuses']}")
-    print(f"ingest during the load: {out['ingested_us'] / 200:,.0f} events applied; caught up: {out['caught_up']}")
+    applied = out["ingested_us"] / 200  # the log is spaced 200 µs apart
+    print(f"ingest during the load: {applied:,.0f} events applied in {out['load_secs']:.0f} s "
+          f"({applied / out['load_secs']:,.0f} events/s); caught up: {out['caught_up']}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ BENCHES = [
     ("load-split", [sys.executable, "bench/load.py", "--split"]),
     ("chaos", [sys.executable, "-m", "pytest", "-q", "tests/test_chaos.py", "-p", "no:cacheprovider"]),
 ]
+if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # the scale-out shape, on a scratch database
+    BENCHES.insert(5, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
+                                   "--web-procs", "2", "--worker-procs", "2"]))
 
 
 def main() -> int:
