@@ -5,7 +5,7 @@ import gevent
 import pytest
 
 from feather.db import db
-from feather.jetstream import consumer
+from feather.jetstream import consumer, writer
 from feather.jetstream.engine import Engine
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
@@ -129,7 +129,7 @@ def test_identity_account_and_unknown_kind_frames_are_survived(engine_for, jetst
 def test_full_queue_disconnects_and_replay_converges(engine_for, jetstream, monkeypatch):
     monkeypatch.setattr(consumer, "QUEUE_SIZE", 20)
     monkeypatch.setattr(consumer, "QUEUE_FULL_GRACE_SECS", 0)
-    monkeypatch.setattr(consumer, "BATCH_EVENTS", 10)
+    monkeypatch.setattr(writer, "BATCH_EVENTS", 10)
     monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
     # Slow enough that the first batch is still being written when the reader reconnects.
     monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 0.2)

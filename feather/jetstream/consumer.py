@@ -2,7 +2,7 @@
 
 reader: websocket → decode → bounded queue. A full queue drops the connection instead of
         blocking the socket or growing memory; Jetstream replays from the cursor.
-writer: queue → batch (1 s or 500 events) → apply_batch in one transaction with the cursor.
+writer: queue → batch → apply_batch in one transaction with the cursor (writer.py).
 The in-memory cursor is the last *applied* event, so a reconnect never skips what is still
 in the queue, and replay overlap is harmless because every handler is idempotent.
 """
@@ -17,11 +17,12 @@ from collections import Counter
 import gevent
 import websocket
 from gevent.event import Event as Flag
-from gevent.queue import Empty, Full, Queue
+from gevent.queue import Full, Queue
 
 from feather.jetstream import hosts, store
 from feather.jetstream.events import DecodeError, decode
 from feather.jetstream.subscriptions import Subscription, validate_dids
+from feather.jetstream.writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,6 @@ QUEUE_SIZE = 1024
 # that a flush empties is momentary (replay arrives faster than any writer); one that stays
 # full is the sustained fullness the drop is for.
 QUEUE_FULL_GRACE_SECS = 1.0
-BATCH_EVENTS = 500
-BATCH_SECS = 1.0
-CURSOR_SAVE_SECS = 1.0
 REPLAY_OVERLAP_US = 5_000_000
 BACKOFF_MIN, BACKOFF_MAX, JITTER = 1.0, 60.0, 0.25
 RECV_TIMEOUT_SECS = 75.0  # Jetstream pings every 30 s; silence this long means a dead socket
@@ -44,23 +42,7 @@ def backoff_delay(attempt: int, rand=random.random) -> float:
     return base * (1 + JITTER * (2 * rand() - 1))
 
 
-def yield_to_io() -> None:
-    """Let the hub poll sockets before the next batch.
-
-    A batch holds the loop for as long as its SQL runs. gevent.sleep(0) only queues a callback,
-    and the hub runs dozens of callbacks before it polls again, so a writer and reader handing
-    off to each other through the queue kept web requests in the same process waiting for the
-    whole catch-up. A zero timer fires only after the next poll.
-    """
-    hub = gevent.get_hub()
-    timer = hub.loop.timer(0)
-    try:
-        hub.wait(timer)
-    finally:
-        timer.close()
-
-
-class Stream:
+class Stream(BatchWriter):
     def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool):
         self.sub = sub
         self.urls = urls
@@ -273,100 +255,3 @@ class Stream:
         self.sent_dids = dids
         self.stats["options_updates"] += 1
         return True
-
-    # --- writer
-    def _write_loop(self) -> None:
-        from feather.db import db
-
-        last_save = 0.0
-        while True:
-            batch = self._next_batch()
-            if batch:
-                now = time.monotonic()
-                last = batch[-1]
-                newest = store.Cursor(max(e.time_us for e in batch), last.seq)
-                save = now - last_save >= CURSOR_SAVE_SECS or self.stopping.is_set()
-                try:
-                    # The writer keeps one connection for its life: opening and closing one per
-                    # batch cost more than the batch (pragmas on open, a WAL checkpoint on close).
-                    db.connect(reuse_if_open=True)
-                    with self.app.app_context():
-                        store.apply_batch(self.sub, batch, newest if save else None)
-                except Exception:
-                    # Nothing was committed; reconnect from the last applied cursor and replay.
-                    self._close_db()
-                    self.stats["batch_failures"] += 1
-                    log.exception("jetstream %s: applying a batch of %d failed; replaying", self.sub.name, len(batch))
-                    self.generation += 1  # before anything yields: the reader must not queue more
-                    self._drain_queue()
-                    self.high_water = None  # what was queued is gone: take the replay in full
-                    self._close_socket()
-                    self.stopping.wait(1.0)
-                    continue
-                if save:
-                    last_save = now
-                self.cursor = newest if self.cursor is None else store.Cursor(
-                    max(self.cursor.time_us, newest.time_us), newest.seq or self.cursor.seq)
-                self.stats["applied"] += len(batch)
-                yield_to_io()
-            elif self.stopping.is_set():
-                self._flush_cursor()
-                self._close_db()
-                return
-
-    @staticmethod
-    def _close_db() -> None:
-        from feather.db import db
-
-        try:
-            if not db.is_closed():
-                db.close()
-        except Exception:  # a broken connection is what we are getting rid of
-            pass
-
-    def _flush_cursor(self) -> None:
-        """On a clean stop, make sure the last applied cursor is on disk."""
-        from feather.db import db
-
-        if self.cursor is None:
-            return
-        try:
-            with self.app.app_context(), db.connection_context(), db.atomic():
-                store.save_cursor(self.sub.name, self.cursor)
-        except Exception:
-            log.exception("jetstream %s: could not save the cursor at shutdown", self.sub.name)
-
-    def _next_batch(self) -> list:
-        """Up to BATCH_EVENTS events, or whatever arrived within BATCH_SECS of the first one."""
-        batch: list = []
-        deadline = None
-        while len(batch) < BATCH_EVENTS:
-            try:
-                batch.append(self.queue.get_nowait())  # the common case under load: no timer
-            except Empty:
-                if deadline is None:
-                    timeout = 0.2
-                else:
-                    timeout = deadline - time.monotonic()
-                    if timeout <= 0:
-                        break
-                try:
-                    batch.append(self.queue.get(timeout=timeout))
-                except Empty:
-                    if deadline is None:
-                        if self.stopping.is_set():
-                            return batch
-                        continue
-                    break
-            if deadline is None:
-                deadline = time.monotonic() + BATCH_SECS
-            if self.stopping.is_set() and self.queue.empty():
-                break
-        return batch
-
-    def _drain_queue(self) -> None:
-        while True:
-            try:
-                self.queue.get_nowait()
-            except Empty:
-                return
