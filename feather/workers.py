@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 
 import gevent.lock
@@ -76,7 +77,9 @@ class PgClaims:
             import psycopg2
 
             self.owned.clear()  # a new session holds nothing
-            self._conn = psycopg2.connect(self.url, connect_timeout=5, application_name="feather-claims")
+            # The OS pid in the name lets an operator (and the scale-out test) see in pg_locks /
+            # pg_stat_activity which process owns which subscription and job.
+            self._conn = psycopg2.connect(self.url, connect_timeout=5, application_name=f"feather-claims:{os.getpid()}")
             self._conn.autocommit = True
         return self._conn.cursor()
 
