@@ -36,6 +36,10 @@ def claim_owners() -> dict[int, set[int]]:
     return owners
 
 
+def ingest_socket_open(js) -> bool:
+    return any("app.bsky.feed.post" in f["wantedCollections"] for f in js.stats()["last_filter"].values())
+
+
 def test_each_subscription_has_one_owner_and_a_dead_owners_stream_moves_on_with_no_loss(
         worker_env, make_app, tmp_path):
     log = mixed_log(6000, seed=31, dids=120)
@@ -58,6 +62,9 @@ def test_each_subscription_has_one_owner_and_a_dead_owners_stream_moves_on_with_
             assert set().union(*owners.values()) <= pids
             assert all(len(holders) == 1 for holders in owners.values())  # jobs too: once cluster-wide
 
+            # A fresh database has no cursor, so the first connection tails live: append only once
+            # the ingest stream's socket is open.
+            wait_until(lambda: ingest_socket_open(js), timeout=30, message="the ingest stream's socket")
             js.append(first)
             expected_first, _ = mirror_feature.expected_state(first)
             wait_until(lambda: db_rows() == expected_first, timeout=60, message="the first half applied")
