@@ -120,7 +120,7 @@ def tick_in_greenlet(app, r, start: gevent.event.Event, **kw):
 
 
 def test_two_holders_never_lease_the_same_lane_and_the_total_is_capped_at_eight(ctx):
-    from feather.sync.runner import MAX_LANES, lease_lanes
+    from feather.sync.lanes import MAX_LANES, lease_lanes
 
     assert MAX_LANES == 8
     make_lanes(12)
@@ -135,7 +135,7 @@ def test_two_holders_never_lease_the_same_lane_and_the_total_is_capped_at_eight(
 
 
 def test_an_expired_lease_is_taken_over_and_its_old_holder_cannot_renew_it(ctx):
-    from feather.sync.runner import lease_lanes, release_lease, renew_lease
+    from feather.sync.lanes import lease_lanes, release_lease, renew_lease
 
     make_lanes(12)
     assert len(lease_lanes("dead", T0, 8)) == 8
@@ -153,7 +153,7 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_cannot_renew_it(ctx):
 
 
 def test_a_dead_processes_lanes_are_run_by_another_runner_after_the_lease_expires(ctx):
-    from feather.sync.runner import lease_lanes
+    from feather.sync.lanes import lease_lanes
 
     make_lanes(12)
     lease_lanes("dead", T0, 8)
@@ -172,7 +172,7 @@ def test_a_dead_processes_lanes_are_run_by_another_runner_after_the_lease_expire
 
 
 def test_a_lease_is_renewed_while_its_lane_runs_and_released_after(ctx):
-    from feather.sync.runner import lease_lanes
+    from feather.sync.lanes import lease_lanes
     from feather.sync.store import rows, scalar
 
     make_lanes(1, rows_per_lane=3)
@@ -191,7 +191,7 @@ def test_a_lease_is_renewed_while_its_lane_runs_and_released_after(ctx):
 
 
 def test_a_runner_stops_a_lane_whose_lease_another_process_took(ctx):
-    from feather.sync.runner import lease_lanes
+    from feather.sync.lanes import lease_lanes
 
     make_lanes(1, rows_per_lane=3)
     clock = Clock()
@@ -213,7 +213,7 @@ def test_a_runner_stops_a_lane_whose_lease_another_process_took(ctx):
 
 
 def test_two_runners_ticking_at_once_run_eight_lanes_between_them_not_sixteen(ctx):
-    from feather.sync.runner import lease_lanes
+    from feather.sync.lanes import lease_lanes
 
     make_lanes(12)
     # The lane rows exist already (the steady state), so neither tick's INSERT of new lane rows
@@ -274,7 +274,7 @@ def test_two_runners_ticking_in_loops_share_the_lanes_and_never_exceed_eight(ctx
 def test_a_lane_row_locked_by_another_transaction_is_skipped_not_waited_for(ctx, database_url):
     import psycopg2
 
-    from feather.sync.runner import lease_lanes
+    from feather.sync.lanes import lease_lanes
 
     make_lanes(3)
     assert lease_lanes("proc-a", T0, 0) == []  # adds the lane rows, leases nothing

@@ -148,7 +148,7 @@ def jobs(settings) -> list:
         if writer() is not None:
             backfill.burst(writer(), now_s)
 
-    # Not claimed: every worker process ticks its runner; lane leases (runner.lease_lanes) keep the
+    # Not claimed: every worker process ticks its runner; lane leases (lanes.lease_lanes) keep the
     # total at MAX_LANES across the cluster.
     out += [Job("sync-runner", run, RUNNER_SECS, jitter=1.0, first_run_delay=10.0, claimed=False),
             Job("sync-backfill", burst, BACKFILL_SECS, jitter=2.0, first_run_delay=15.0)]

@@ -11,37 +11,30 @@ is ever open across a network call (SQLite would block every other greenlet):
 Every prepare starts by touching the set row, which serialises the budget check-and-spend of two
 lanes of one owner on both databases.
 
-Lanes are leased (table sync_lanes), so at most MAX_LANES run across the whole cluster, not per
-process: every worker process ticks its own runner, and a tick first leases up to
-MAX_LANES − (live leases cluster-wide) free lanes in one short transaction (`FOR UPDATE SKIP
-LOCKED` on PostgreSQL, under a transaction-level advisory lock so two ticks never count the free
-slots at once). A lease is renewed before each row and cleared when the lane finishes; a dead
-process's leases expire after LEASE_SECS and another process takes the lanes.
+Lanes are leased (lanes.py), so at most MAX_LANES run across the whole cluster, not per
+process: every worker process ticks its own runner, each tick leases free lanes first, renews a
+lease before each row and clears it when the lane finishes.
 """
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from feather.db import current_dialect, db
+from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import pacer, queue
+from feather.sync.lanes import MAX_LANES, lease_lanes, process_id, release_lease, renew_lease
 from feather.sync.store import execute, get_set, now_s, park_account, pause, record_activity, rows, scalar
 from feather.sync.writer import (AuthExpired, AuthInvalid, BadRequest, FollowWriter, NetworkError, PdsError,
                                  RateLimited, ScopeMissing, ServerError, SessionGone)
 
 log = logging.getLogger(__name__)
 
-MAX_LANES = 8
 ROWS_PER_LANE = 25  # per tick, so one busy owner cannot hold a lane slot for ever
 LANE_AUTH_PARK_SECS = 300
 AUTH_STREAK_PAUSE = 5
-LEASE_SECS = 60  # a lane lease lives this long unless renewed (one row's network calls take far less)
 _ROW = "id, owner_did, app, kind, subject, rkey, record_created_at, attempts"
 
 
@@ -55,81 +48,6 @@ class Row:
     rkey: str | None
     created_at: str | None
     attempts: int
-
-
-# Each runnable lane's head row (owner_did, app, id); parameters: now, now.
-_RUNNABLE = ("SELECT h.owner_did, h.app, h.id FROM sync_queue h WHERE h.not_before <= ? AND h.id IN ("
-             " SELECT MIN(q.id) FROM sync_queue q JOIN sync_sets s ON s.owner_did = q.owner_did"
-             " WHERE q.status = 'pending' AND s.enabled = 1 AND s.paused = 0 AND s.parked_until <= ?"
-             " GROUP BY q.owner_did, q.app)")
-
-
-def runnable_lanes(now: int, limit: int) -> list[tuple[str, str]]:
-    """Lanes whose head row may run now, of sets that are enabled, not paused and not parked."""
-    found = rows(_RUNNABLE + " ORDER BY h.id LIMIT ?", now, now, limit)
-    return [(r[0], r[1]) for r in found]
-
-
-_process: tuple[int, str] = (0, "")
-
-
-def process_id() -> str:
-    """This process's lease-holder name (recomputed after a fork, so forked children differ)."""
-    global _process
-    if _process[0] != os.getpid():
-        _process = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}")
-    return _process[1]
-
-
-def _lease_lock_key() -> int:
-    from feather.workers import lock_key
-
-    return lock_key("sync-lanes")
-
-
-def lease_lanes(holder: str, now: int, max_lanes: int = MAX_LANES) -> list[tuple[str, str]]:
-    """Lease up to max_lanes − (live leases cluster-wide) runnable lanes to holder, oldest head first.
-
-    One short transaction: serialise with other leasing ticks (PostgreSQL advisory transaction
-    lock), add a sync_lanes row for every runnable lane that has none, count the live leases, claim
-    free lanes (`FOR UPDATE SKIP LOCKED` on PostgreSQL: a lane row another transaction holds is
-    passed over, never waited for) and stamp them with holder and now + LEASE_SECS.
-    """
-    d = current_dialect()
-    with db.atomic():
-        lock = d.xact_lock_sql(_lease_lock_key())
-        if lock:
-            execute(lock)
-        execute(f"INSERT INTO sync_lanes (owner_did, app) SELECT r.owner_did, r.app FROM ({_RUNNABLE}) r"
-                f" WHERE NOT EXISTS (SELECT 1 FROM sync_lanes l WHERE l.owner_did = r.owner_did AND l.app = r.app)"
-                f" ORDER BY r.owner_did, r.app ON CONFLICT (owner_did, app) DO NOTHING", now, now)
-        live = scalar("SELECT COUNT(*) FROM sync_lanes WHERE lease_until >= ?", now, default=0)
-        free = max_lanes - live
-        if free <= 0:
-            return []
-        found = rows(f"SELECT l.owner_did, l.app FROM sync_lanes l JOIN ({_RUNNABLE}) r"
-                     f" ON r.owner_did = l.owner_did AND r.app = l.app WHERE l.lease_until < ?"
-                     f" ORDER BY r.id LIMIT ?{d.skip_locked('l')}", now, now, now, free)
-        for owner, app in found:
-            execute("UPDATE sync_lanes SET leased_by = ?, lease_until = ? WHERE owner_did = ? AND app = ?",
-                    holder, now + LEASE_SECS, owner, app)
-    return [(r[0], r[1]) for r in found]
-
-
-def renew_lease(holder: str, owner: str, app: str, now: int) -> bool:
-    """Extend holder's lease on the lane; False when holder no longer holds it (expired and taken)."""
-    return execute("UPDATE sync_lanes SET lease_until = ? WHERE owner_did = ? AND app = ? AND leased_by = ?",
-                   now + LEASE_SECS, owner, app, holder).rowcount == 1
-
-
-def release_lease(holder: str, owner: str, app: str) -> None:
-    """Free the lane; drop its row when it has no pending work left (the next tick re-adds it if needed)."""
-    with db.atomic():
-        execute("DELETE FROM sync_lanes WHERE owner_did = ? AND app = ? AND leased_by = ? AND NOT EXISTS ("
-                " SELECT 1 FROM sync_queue q WHERE q.owner_did = ? AND q.app = ? AND q.status = 'pending')",
-                owner, app, holder, owner, app)
-        execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE owner_did = ? AND app = ?"
-                " AND leased_by = ?", owner, app, holder)
 
 
 def listing_done(owner: str, app: str) -> bool:
