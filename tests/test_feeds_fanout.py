@@ -176,3 +176,43 @@ def test_a_follow_and_its_unfollow_in_one_batch_leave_the_feed_as_it_was(app):
     assert feed_uris(app, A) == []
     assert rows(app, "SELECT count(*) FROM feed_records_follow") == [(0,)]
 
+
+
+# --- cursor replay after a crash: a since-deleted record is never resurrected ------------------
+
+def test_replaying_a_window_with_a_deleted_follow_changes_no_feed(app):
+    """Found by a kill -9 mid-ingest: replay re-created a deleted follow, its backfill copied a
+    post made after the follow was gone, and the replayed delete (of a record whose update had
+    dropped the subject) did not take it out again."""
+    window = [follow(A, "f1", C, at_us=BASE_US + 1),
+              create(A, FOLLOW, "f1", {"note": "subject dropped"}, time_us=BASE_US + 2, op="update"),
+              delete(A, FOLLOW, "f1", time_us=BASE_US + 3),
+              post(C, "p1", BASE_US + 4)]
+    ingest(app, window)
+    before = rows(app, "SELECT actor, uri FROM feed_items ORDER BY 1, 2")
+    assert before == []
+    ingest(app, window)  # the stream replays from the saved cursor minus 5 s
+    assert rows(app, "SELECT actor, uri FROM feed_items ORDER BY 1, 2") == before
+    assert rows(app, "SELECT count(*) FROM feed_records_follow") == [(0,)]
+
+
+def test_a_create_after_the_delete_is_a_new_record_not_a_replay(app):
+    ingest(app, [follow(A, "f1", C), post(C, "p1", BASE_US + 1)])
+    ingest(app, [delete(C, POST, "p1", time_us=BASE_US + 2)])
+    again = create(C, POST, "p1", {"text": "back", "createdAt": iso(BASE_US + 3)}, time_us=BASE_US + 3,
+                   cid="bafyback")
+    ingest(app, [again])
+    assert feed_uris(app, A) == [uri(C, "p1")]
+    assert rows(app, "SELECT tombstone.time_us FROM feed_tombstones tombstone") == [(BASE_US + 2,)]
+
+
+def test_tombstones_far_behind_the_ingest_cursor_are_swept(app):
+    from feather.db import db
+    from feather.feeds.apply import TOMBSTONE_MARGIN_US, sweep_tombstones
+
+    ingest(app, [post(C, "old", BASE_US + 1), post(C, "new", BASE_US + 2)])
+    ingest(app, [delete(C, POST, "old", time_us=BASE_US + 3)])
+    ingest(app, [delete(C, POST, "new", time_us=BASE_US + TOMBSTONE_MARGIN_US + 10)])  # the cursor moves on
+    with app.app_context(), db.connection_context():
+        assert sweep_tombstones() == 1
+    assert rows(app, "SELECT uri FROM feed_tombstones") == [(uri(C, "new"),)]

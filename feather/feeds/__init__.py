@@ -1,7 +1,8 @@
 """Feeds: fan-out-on-write timelines (spec: /work/shared/specs/feeds.md).
 
 Feature hooks (feather/features.py): init_app registers the XRPC blueprint, subscriptions
-joins the shared "global" stream with the configured collections, jobs adds the prune tick.
+joins the shared "global" stream with the configured collections, jobs adds the prune tick and
+the tombstone sweep.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from functools import lru_cache
 from feather.feeds.config import FeedsConfig, load
 
 PRUNE_TICK_SECS = 10.0  # Contrail's persistent-loop FEED_SWEEP_INTERVAL_MS
+TOMBSTONE_SWEEP_SECS = 60.0
 
 
 @lru_cache(maxsize=8)
@@ -56,11 +58,14 @@ def subscriptions(settings) -> list:
 
 
 def jobs(settings) -> list:
+    from feather.feeds.apply import sweep_tombstones
     from feather.feeds.prune import prune_tick
     from feather.scheduler import Job
 
     config = config_for(settings)
+    out = [Job("feeds-tombstones", sweep_tombstones, TOMBSTONE_SWEEP_SECS, jitter=5.0,
+               first_run_delay=TOMBSTONE_SWEEP_SECS)] if config.collections else []
     if not config.feeds:
-        return []
-    return [Job("feeds-prune", lambda: prune_tick(config, settings), PRUNE_TICK_SECS, jitter=1.0,
-                first_run_delay=PRUNE_TICK_SECS)]
+        return out
+    return out + [Job("feeds-prune", lambda: prune_tick(config, settings), PRUNE_TICK_SECS, jitter=1.0,
+                      first_run_delay=PRUNE_TICK_SECS)]

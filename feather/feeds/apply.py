@@ -8,6 +8,7 @@ transaction; the prune job reads it (see prune.py for why a flag and not a direc
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from feather.atproto.syntax import is_valid_did
 from feather.db import db
@@ -26,17 +27,44 @@ def _subject(record_text_or_dict) -> str | None:
     return subject if is_valid_did(subject) else None
 
 
-def apply_event(config: FeedsConfig, event: CommitEvent, priors: dict | None = None) -> bool:
+@dataclass
+class Priors:
+    records: dict  # {uri: (cid, record JSON text, time_us) or None}
+    tombstones: dict  # {uri: time_us of its latest delete}
+
+
+def load_priors(config: FeedsConfig, events) -> Priors:
+    """What is stored, and what was deleted, for every URI the batch touches, read up front: two
+    SELECTs per collection instead of one or two per event."""
+    wanted: dict = {}
+    for event in events:
+        coll = config.by_nsid(event.collection)
+        if coll is not None:
+            wanted.setdefault(coll.table, (coll, set()))[1].add(event.uri)
+    priors = Priors({}, {})
+    for coll, uris in wanted.values():
+        ordered = sorted(uris)
+        found = records.load_many(coll, ordered)
+        priors.records.update((uri, found.get(uri)) for uri in uris)
+        priors.tombstones.update(records.tombstones(ordered))
+    return priors
+
+
+def apply_event(config: FeedsConfig, event: CommitEvent, priors: Priors | None = None) -> bool:
     """Store and fan out one commit. True when it changed something (i.e. was not a replay).
 
-    `priors` is the batch's view of stored records ({uri: (cid, record, time_us) or None}, see
-    load_priors); this keeps it current so a later event in the same batch sees this one.
+    `priors` is the batch's view of stored records and tombstones (see load_priors); this keeps
+    it current so a later event in the same batch sees this one.
     """
     coll = config.by_nsid(event.collection)
     if coll is None:
         return False
     nsid, uri = event.collection, event.uri
-    prior = priors[uri] if priors is not None and uri in priors else records.load(coll, uri)
+    if priors is None:
+        priors = load_priors(config, [event])
+    prior = priors.records[uri]
+    if event.operation != "delete" and event.time_us <= priors.tombstones.get(uri, -1):
+        return False  # a replayed write from before the record's delete: never resurrect it
     now = records.now_us()
     is_follow = nsid in config.follow_nsids
     is_target = nsid in config.target_nsids
@@ -44,8 +72,9 @@ def apply_event(config: FeedsConfig, event: CommitEvent, priors: dict | None = N
         if prior is None:
             return False
         records.delete(coll, uri)
-        if priors is not None:
-            priors[uri] = None
+        records.bury(uri, event.time_us)
+        priors.records[uri] = None
+        priors.tombstones[uri] = max(event.time_us, priors.tombstones.get(uri, -1))
         if is_target:
             fanout.remove_target(uri)
         if is_follow:
@@ -58,8 +87,7 @@ def apply_event(config: FeedsConfig, event: CommitEvent, priors: dict | None = N
     time_us = records.record_time_us(event.record, event.time_us)
     text = records.store(coll, uri=uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
                          time_us=time_us)
-    if priors is not None:
-        priors[uri] = (event.cid, text, time_us)
+    priors.records[uri] = (event.cid, text, time_us)
     if is_target:
         fanout.fan_out_target(config, nsid, event.did, uri, time_us, updated=prior is not None, now=now)
     if is_follow and event.operation == "create" and prior is None:
@@ -72,21 +100,6 @@ def apply_event(config: FeedsConfig, event: CommitEvent, priors: dict | None = N
 def mark_dirty() -> None:
     """One primary-key write, and only on the 0 → 1 edge, so busy batches do not churn the row."""
     db.execute_sql("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
-
-
-def load_priors(config: FeedsConfig, events) -> dict:
-    """What is stored for every URI the batch touches, read up front: one SELECT per collection
-    instead of one per event. Absent URIs map to None."""
-    wanted: dict = {}
-    for event in events:
-        coll = config.by_nsid(event.collection)
-        if coll is not None:
-            wanted.setdefault(coll.table, (coll, set()))[1].add(event.uri)
-    priors: dict = {}
-    for coll, uris in wanted.values():
-        found = records.load_many(coll, sorted(uris))
-        priors.update((uri, found.get(uri)) for uri in uris)
-    return priors
 
 
 def apply_batch(config: FeedsConfig, events) -> int:
@@ -103,6 +116,20 @@ def apply_batch(config: FeedsConfig, events) -> int:
     if mutating:
         mark_dirty()
     return changed
+
+
+TOMBSTONE_MARGIN_US = 600_000_000  # far behind any replay: a reconnect resumes 5 s before the cursor
+
+
+def sweep_tombstones() -> int:
+    """Tombstones older than the ingest cursor (minus a margin) can never meet a replay again."""
+    from feather.jetstream import store
+
+    cursor = store.load_cursor("global")
+    if cursor is None:
+        return 0
+    with db.atomic():
+        return records.sweep_tombstones(cursor.time_us - TOMBSTONE_MARGIN_US)
 
 
 def handler(config: FeedsConfig):

@@ -90,6 +90,31 @@ def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | 
     return cur.rowcount > 0
 
 
+def tombstones(uris: list[str]) -> dict[str, int]:
+    """{uri: time_us of its latest delete} for those of uris that were deleted (see 0042)."""
+    d = current_dialect()
+    found: dict[str, int] = {}
+    for start in range(0, len(uris), LOAD_CHUNK):
+        chunk = uris[start:start + LOAD_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        rows = db.execute_sql(d.q(f"SELECT uri, time_us FROM feed_tombstones WHERE uri IN ({marks})"), chunk)
+        found.update((row[0], row[1]) for row in rows.fetchall())
+    return found
+
+
+def bury(uri: str, time_us: int) -> None:
+    """Remember a delete; only ever moves forward, like the cursor."""
+    d = current_dialect()
+    db.execute_sql(d.q("INSERT INTO feed_tombstones (uri, time_us) VALUES (?, ?) ON CONFLICT (uri) DO UPDATE"
+                       f" SET time_us = {d.greatest('feed_tombstones.time_us', 'excluded.time_us')}"),
+                   (uri, time_us))
+
+
+def sweep_tombstones(before_us: int) -> int:
+    d = current_dialect()
+    return db.execute_sql(d.q("DELETE FROM feed_tombstones WHERE time_us < ?"), (before_us,)).rowcount
+
+
 def delete(c: Collection, uri: str) -> None:
     d = current_dialect()
     db.execute_sql(d.q(f"DELETE FROM {c.table} WHERE uri = ?"), (uri,))
