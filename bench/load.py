@@ -122,23 +122,10 @@ def _scratch_database(postgres: str | None, workdir: Path):
     if not postgres:
         yield f"sqlite:///{workdir / 'load.db'}"
         return
-    import psycopg2
+    from tests.support.postgres import scratch_database
 
-    name = f"feather_load_{os.getpid()}_{random.randrange(1 << 30):x}"
-
-    def admin(sql: str) -> None:
-        conn = psycopg2.connect(postgres)
-        conn.autocommit = True
-        try:
-            conn.cursor().execute(sql)
-        finally:
-            conn.close()
-
-    admin(f"CREATE DATABASE {name}")
-    try:
-        yield f"{postgres.rsplit('/', 1)[0]}/{name}"
-    finally:
-        admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with scratch_database(postgres, "feather_load") as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -3,7 +3,6 @@ from gevent import monkey
 monkey.patch_all()  # the app runs patched in production; tests run the same way
 
 import os  # noqa: E402
-import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -18,33 +17,22 @@ def pytest_report_header(config):
     return f"feather database: {'PostgreSQL ' + PG_URL.rsplit('@', 1)[-1] if PG_URL else 'SQLite'}"
 
 
-def _pg_admin(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_URL)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
-
-
 @pytest.fixture
 def database_url(tmp_path):
     """A fresh, empty database per test: a SQLite file, or a new PostgreSQL database."""
     if not PG_URL:
         yield f"sqlite:///{tmp_path / 'feather.db'}"
         return
-    name = f"feather_t_{uuid.uuid4().hex[:12]}"
-    _pg_admin(f"CREATE DATABASE {name}")
-    base = PG_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    from feather.db import db
+    from tests.support.postgres import scratch_database
 
-    if db.obj is not None and hasattr(db.obj, "close_all"):
-        db.obj.close_all()
-    _pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    def close_pool():
+        from feather.db import db
+
+        if db.obj is not None and hasattr(db.obj, "close_all"):
+            db.obj.close_all()
+
+    with scratch_database(PG_URL, "feather_t", before_drop=close_pool) as url:
+        yield url
 
 
 @pytest.fixture

@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from feather.db import db
 from feather.workers import lock_key
 from tests.conftest import PG_URL
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.fake_jetstream import FakeJetstream
-from tests.test_jetstream_crash import Worker, db_rows, wait_until, worker_env  # noqa: F401 (fixture)
+from tests.support.postgres import claim_owners
+from tests.test_jetstream_crash import (Worker, _cursor_saved, db_rows, wait_until,  # noqa: F401 (fixture)
+                                        worker_env)
 
 pytestmark = pytest.mark.slow
 
@@ -70,19 +71,10 @@ def _run_chaos(worker_env, tmp_path, workers: int, seed: int):
                 worker.terminate()
 
 
-def _cursor_saved():
-    with db.connection_context():
-        return db.execute_sql("SELECT count(*) FROM jetstream_cursor WHERE name = 'global'").fetchone()[0] == 1
-
-
 def _assert_each_claim_has_one_owner():
-    with db.connection_context():
-        rows = db.execute_sql(
-            "SELECT (classid::bigint << 32) | objid::bigint AS key, count(DISTINCT pid) FROM pg_locks "
-            "WHERE locktype = 'advisory' AND granted GROUP BY 1").fetchall()
-    owners = {((key + 2**63) % 2**64) - 2**63: n for key, n in rows}
-    assert owners.get(lock_key("jetstream:global")) == 1
-    assert all(n == 1 for n in owners.values())
+    owners = claim_owners()
+    assert len(owners.get(lock_key("jetstream:global"), ())) == 1
+    assert all(len(pids) == 1 for pids in owners.values())
 
 
 def test_random_kills_drops_and_garbage_converge_to_the_log_state(worker_env, tmp_path, database_url):

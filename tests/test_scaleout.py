@@ -7,33 +7,19 @@ import time
 import pytest
 
 from feather import features
-from feather.db import db
 from feather.jetstream.subscriptions import merge
 from feather.workers import lock_key
 from tests.conftest import PG_URL
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.fake_jetstream import FakeJetstream
+from tests.support.postgres import claim_owners
 from tests.test_jetstream_crash import Worker, db_rows, wait_until, worker_env  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not PG_URL, reason="several worker processes share a database only on PostgreSQL")]
 
 TAKEOVER_BOUND_SECS = 15  # "within seconds": the claim round is every 2 s
-
-
-def claim_owners() -> dict[int, set[int]]:
-    """{advisory lock key: OS pids holding it}, from the claims connections' application_name."""
-    with db.connection_context():
-        rows = db.execute_sql(
-            "SELECT (l.classid::bigint << 32) | l.objid::bigint, a.application_name FROM pg_locks l"
-            " JOIN pg_stat_activity a ON a.pid = l.pid"
-            " WHERE l.locktype = 'advisory' AND l.granted AND starts_with(a.application_name, 'feather-claims:')").fetchall()
-    owners: dict[int, set[int]] = {}
-    for key, name in rows:
-        signed = ((key + 2**63) % 2**64) - 2**63
-        owners.setdefault(signed, set()).add(int(name.split(":", 1)[1]))
-    return owners
 
 
 def ingest_socket_open(js) -> bool:

@@ -43,23 +43,20 @@ def record_time_us(record: dict | None, source_time_us: int) -> int:
     return source_time_us
 
 
-def load(c: Collection, uri: str) -> tuple[str | None, str | None, int] | None:
-    """(cid, record JSON text, time_us) of a stored record, or None."""
+def _uri_in(select: str, uris: list[str]) -> list[tuple]:
+    """Rows of `select … WHERE uri IN` for uris, LOAD_CHUNK bound parameters per statement."""
     d = current_dialect()
-    row = db.execute_sql(d.q(f"SELECT cid, record, time_us FROM {c.table} WHERE uri = ?"), (uri,)).fetchone()
-    return (row[0], row[1], row[2]) if row else None
+    found: list[tuple] = []
+    for start in range(0, len(uris), LOAD_CHUNK):
+        chunk = uris[start:start + LOAD_CHUNK]
+        found += db.execute_sql(d.q(f"{select} ({', '.join('?' * len(chunk))})"), chunk).fetchall()
+    return found
 
 
 def load_many(c: Collection, uris: list[str]) -> dict[str, tuple[str | None, str | None, int]]:
-    """load() for many URIs in a few statements: {uri: (cid, record JSON text, time_us)} for those stored."""
-    d = current_dialect()
-    found: dict[str, tuple[str | None, str | None, int]] = {}
-    for start in range(0, len(uris), LOAD_CHUNK):
-        chunk = uris[start:start + LOAD_CHUNK]
-        marks = ", ".join("?" * len(chunk))
-        rows = db.execute_sql(d.q(f"SELECT uri, cid, record, time_us FROM {c.table} WHERE uri IN ({marks})"), chunk)
-        found.update((row[0], (row[1], row[2], row[3])) for row in rows.fetchall())
-    return found
+    """{uri: (cid, record JSON text, time_us)} for those of uris that are stored."""
+    rows = _uri_in(f"SELECT uri, cid, record, time_us FROM {c.table} WHERE uri IN", uris)
+    return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
 
 def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
@@ -92,14 +89,7 @@ def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | 
 
 def tombstones(uris: list[str]) -> dict[str, int]:
     """{uri: time_us of its latest delete} for those of uris that were deleted (see 0042)."""
-    d = current_dialect()
-    found: dict[str, int] = {}
-    for start in range(0, len(uris), LOAD_CHUNK):
-        chunk = uris[start:start + LOAD_CHUNK]
-        marks = ", ".join("?" * len(chunk))
-        rows = db.execute_sql(d.q(f"SELECT uri, time_us FROM feed_tombstones WHERE uri IN ({marks})"), chunk)
-        found.update((row[0], row[1]) for row in rows.fetchall())
-    return found
+    return dict(_uri_in("SELECT uri, time_us FROM feed_tombstones WHERE uri IN", uris))
 
 
 def bury(uri: str, time_us: int) -> None:

@@ -23,12 +23,6 @@ _RUNNABLE = ("SELECT h.owner_did, h.app, h.id FROM sync_queue h WHERE h.not_befo
              " GROUP BY q.owner_did, q.app)")
 
 
-def runnable_lanes(now: int, limit: int) -> list[tuple[str, str]]:
-    """Lanes whose head row may run now, of sets that are enabled, not paused and not parked."""
-    found = rows(_RUNNABLE + " ORDER BY h.id LIMIT ?", now, now, limit)
-    return [(r[0], r[1]) for r in found]
-
-
 _process: tuple[int, str] = (0, "")
 
 

@@ -1,0 +1,51 @@
+"""PostgreSQL helpers shared by the test fixtures and the benches: scratch databases, and who
+holds which Feather claim."""
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+
+def admin(url: str, sql: str) -> None:
+    """Run one statement outside a transaction (CREATE/DROP DATABASE cannot run inside one)."""
+    import psycopg2
+
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def scratch_database(url: str, prefix: str, before_drop=None):
+    """A new empty database beside the one `url` names (its role may CREATE DATABASE), dropped
+    on exit; before_drop runs first, to close pools that still hold connections to it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin(url, f"CREATE DATABASE {name}")
+    try:
+        yield f"{url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        if before_drop is not None:
+            before_drop()
+        admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def claim_owners() -> dict[int, set[int]]:
+    """{advisory lock key: OS pids holding it}, read from the claims connections' application_name
+    (`feather-claims:<pid>`) on the database feather.db is bound to."""
+    from feather.db import db
+
+    with db.connection_context():
+        rows = db.execute_sql(
+            "SELECT (l.classid::bigint << 32) | l.objid::bigint, a.application_name FROM pg_locks l"
+            " JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND starts_with(a.application_name, 'feather-claims:')"
+        ).fetchall()
+    owners: dict[int, set[int]] = {}
+    for key, name in rows:
+        signed = ((key + 2**63) % 2**64) - 2**63  # lock_key() is a signed 64-bit value
+        owners.setdefault(signed, set()).add(int(name.split(":", 1)[1]))
+    return owners
