@@ -6,10 +6,8 @@ production rules (AddressPolicy(exempt=...)); everything else they meet is judge
 from __future__ import annotations
 
 import gzip
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -501,15 +499,28 @@ def test_refused_connection_is_fetch_failed():
 
 @pytest.fixture(scope="module")
 def tls_cert(tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a throwaway certificate")
+    """A throwaway self-signed P-256 certificate for feather.test and *.feather.test."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "feather.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("feather.test"), x509.DNSName("*.feather.test")]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-days", "2",
-         "-subj", "/CN=feather.test", "-addext", "subjectAltName=DNS:feather.test,DNS:*.feather.test"],
-        check=True, capture_output=True,
-    )
+    (d / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
     return d / "cert.pem", d / "key.pem"
 
 
