@@ -98,6 +98,22 @@ def test_empty_membership_never_connects_as_all_dids(engine_for, jetstream, tmp_
     assert jetstream.stats()["connects_total"] == 0
 
 
+def test_a_failure_building_the_subscription_is_retried_not_fatal(engine_for, jetstream, tmp_path, monkeypatch):
+    """The DID set comes from the database (a sync shard's members): an error reading it, or a set
+    over Jetstream's limit, must be retried with backoff; the reader must not die with it."""
+    dids_file = tmp_path / "dids"  # missing: reading the membership raises
+    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
+    app, engine = engine_for()
+    engine.start()
+    stream = engine.streams["mirror"]
+    wait_until(lambda: stream.stats["membership_failures"] >= 1, message="a membership failure")
+    dids_file.write_text("did:plc:alice\n")
+    wait_until(connected(jetstream), timeout=15, message="connection after the membership recovers")
+    jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "a1", "create")])
+    wait_until(lambda: set(rows()) == {"at://did:plc:alice/app.bsky.feed.post/a1"}, message="applied")
+    assert jetstream.stats()["connects_total"] == 1
+
+
 def test_identity_account_and_unknown_kind_frames_are_survived(engine_for, jetstream):
     app, engine = engine_for()
     engine.start()

@@ -1,6 +1,12 @@
 """Property-based: random interleavings of follows, unfollows, duplicates, profile creates, late
-echoes, runner ticks and PDS faults (429, 5xx, 401, timeout after success). Checked throughout:
+echoes, runner ticks and PDS faults (429, 5xx, 401, timeout after success), and what a real stream
+and a real process add: duplicate delivery, a replay of the last window (the reconnect from
+cursor - 5 s), a batch that fails half-way and is delivered again, and a crash of the runner
+before or after its PDS call (the process dies: nothing of the runner's outcome step runs).
+Checked throughout:
   - sync never deletes a record unless an unfollow of that subject was observed (delivered) first;
+  - sync never deletes a follow the OWNER made after the last observed unfollow of that subject
+    (the replay-proof rule: a replayed create/delete pair must not reach a newer follow);
   - sync never creates a record on (app, subject) while a record the handler knows about is there;
   - no rolling hour ever holds more points than the budget;
 and at the end, with faults gone and every echo delivered, the apps converge: a subject is followed
@@ -29,11 +35,18 @@ op = st.one_of(
     st.tuples(st.just("deliver"), st.integers(1, 4)),
     st.tuples(st.just("run"), st.just(0)),
     st.tuples(st.just("advance"), st.sampled_from([30, 300, 3600])),
+    st.tuples(st.just("replay"), st.integers(1, 8)),  # re-deliver the last n delivered events
+    st.tuples(st.just("failbatch"), st.integers(1, 4)),  # a batch that raises half-way, rolled back
+    st.tuples(st.just("crash"), st.sampled_from(["before", "after"])),  # the runner's next write
 )
 start = st.fixed_dictionaries({
     "profiles": st.sets(st.tuples(st.sampled_from(APPS), st.sampled_from(SUBJECTS))),
     "before": st.lists(st.tuples(st.sampled_from(APPS), st.sampled_from(SUBJECTS)), max_size=3),
 })
+
+
+class Crash(BaseException):
+    """The process died (kill -9): not an Exception, so no handler of the runner's sees it."""
 
 
 class World:
@@ -43,25 +56,43 @@ class World:
         from feather.sync.apps import BY_KEY
 
         self.env, self.pds, self.by_key = env, env.pds, BY_KEY
-        self.observed_unfollows: set[str] = set()
+        self.observed_unfollows: dict[str, list[int]] = {}  # subject -> times of delivered user unfollows
+        self.owner_born: dict[tuple[str, str], int] = {}  # (collection, rkey) of the owner's records -> time
+        self.crash: str | None = None
+        self.delivered: list = []
         self.user_deletes: set[int] = set()
         self.known: set[tuple[str, str]] = set()  # (collection, rkey) creates the handler has seen
         self.violations: list[str] = []
         self.hard_faults = 0
         create, delete = self.pds.create_follow, self.pds.delete_follow
 
+        def crash_point(when: str) -> None:
+            if self.crash == when:
+                self.crash = None
+                raise Crash(when)
+
         def checked_create(owner, collection, rkey, subject, created_at):
+            crash_point("before")
             there = [r for r, s in self.pds.records(owner, collection).items()
                      if s == subject and (collection, r) in self.known and r != rkey]
             if there:
                 self.violations.append(f"second record for {subject} on {collection}")
             create(owner, collection, rkey, subject, created_at)
+            crash_point("after")
 
         def checked_delete(owner, collection, rkey):
+            crash_point("before")
             subject = self.pds.records(owner, collection).get(rkey)
-            if subject is not None and subject not in self.observed_unfollows:
-                self.violations.append(f"deleted {subject} on {collection} without an observed unfollow")
+            if subject is not None:
+                unfollows = self.observed_unfollows.get(subject, [])
+                born = self.owner_born.get((collection, rkey))
+                if not unfollows:
+                    self.violations.append(f"deleted {subject} on {collection} without an observed unfollow")
+                elif born is not None and not any(t > born for t in unfollows):
+                    self.violations.append(f"deleted the owner's follow of {subject} on {collection}, made "
+                                           f"after every observed unfollow of it")
             delete(owner, collection, rkey)
+            crash_point("after")
 
         self.pds.create_follow, self.pds.delete_follow = checked_create, checked_delete
 
@@ -79,8 +110,35 @@ class World:
                 if event.operation == "create":
                     self.known.add((event.collection, event.rkey))
                 elif id(event) in self.user_deletes:
-                    self.observed_unfollows.add(self.deleted_subject[id(event)])
+                    self.observed_unfollows.setdefault(self.deleted_subject[id(event)], []).append(event.time_us)
             self.env.deliver(event)
+        self.delivered += fresh
+
+    def replay(self, n: int) -> None:
+        """The reconnect after a restart or host switch: the last n delivered events once more, in order."""
+        if self.delivered:
+            self.env.deliver(*self.delivered[-n:])
+
+    def failing_batch(self, n: int) -> None:
+        """The next n events go through the handler in one transaction that fails half-way: rolled
+        back, and the stream delivers them again later (seen does not move)."""
+        from feather.db import db
+        from feather.sync import handler
+
+        fresh = self.pds.log[self.env.seen:self.env.seen + n]
+        if not fresh:
+            return
+        try:
+            with db.atomic():
+                handler.apply_follow_batch(fresh[: max(1, len(fresh) // 2 + 1)], self.env.clock())
+                raise RuntimeError("a handler of another feature failed")
+        except RuntimeError:
+            pass
+
+    def user_follow(self, app, subject):
+        event = self.env.follow(ALICE, self.by_key[app].follow, subject)
+        self.owner_born[(event.collection, event.rkey)] = event.time_us
+        return event
 
     def user_unfollow(self, app, index):
         collection = self.by_key[app].follow
@@ -130,6 +188,12 @@ def converge(world: World):
 @example(initial={"profiles": {("tangled", "did:plc:s1")}, "before": []},
          ops=[("follow", "bluesky", "did:plc:s1"), ("deliver", 1), ("unfollow", "bluesky", 0), ("run", 0),
               ("follow", "bluesky", "did:plc:s1")])
+# Issue 13 point 2: follow on Bluesky, unfollow, the owner follows on Tangled themselves, then the
+# stream replays those three events: the owner's Tangled follow must survive.
+@example(initial={"profiles": {("tangled", "did:plc:s1"), ("bluesky", "did:plc:s1")}, "before": []},
+         ops=[("follow", "bluesky", "did:plc:s1"), ("deliver", 1), ("run", 0), ("deliver", 1),
+              ("unfollow", "bluesky", 0), ("deliver", 1), ("run", 0), ("deliver", 1),
+              ("follow", "tangled", "did:plc:s1"), ("deliver", 1), ("replay", 5), ("run", 0)])
 # A write that timed out after succeeding, then a 500 on the retry's neighbour, then an unfollow.
 @example(initial={"profiles": {("tangled", "did:plc:s2"), ("sifa", "did:plc:s2")}, "before": [("sifa", "did:plc:s2")]},
          ops=[("fault", "timeout_after_success"), ("run", 0), ("fault", "500"), ("advance", 300), ("run", 0),
@@ -137,6 +201,7 @@ def converge(world: World):
 def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, ops):
     from feather.db import db
     from feather.sync.pacer import Budget
+    from feather.sync.runner import Runner
     from feather.sync.store import rows
 
     app = getattr(make_app, "built", None)
@@ -144,7 +209,7 @@ def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, op
         app = make_app.built = make_app()
     with app.app_context(), db.connection_context():
         for table in ("sync_activity", "sync_queue", "sync_waiting", "sync_follow_mirror", "sync_backfill_tasks",
-                      "sync_sets"):
+                      "sync_observed_deletes", "sync_lanes", "sync_sets"):
             db.execute_sql(f"DELETE FROM {table}")
         env = Env(app)
         env.budget = env.runner.budget = Budget(HOURLY, DAILY)
@@ -153,16 +218,16 @@ def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, op
         for app_key, subject in initial["profiles"]:
             world.profile(app_key, subject)
         for app_key, subject in initial["before"]:
-            env.follow(ALICE, world.by_key[app_key].follow, subject)
+            world.user_follow(app_key, subject)
         env.seen = len(env.pds.log)  # history before sync was on: backfill finds it, not the stream
         env.enable(ALICE, APPS)
         for kind, a, b in [(o[0], o[1], o[2] if len(o) > 2 else None) for o in ops]:
             if kind == "follow":
-                env.follow(ALICE, world.by_key[a].follow, b)
+                world.user_follow(a, b)
             elif kind == "dup":
                 records = sorted(env.pds.records(ALICE, world.by_key[a].follow).values())
                 if records:
-                    env.follow(ALICE, world.by_key[a].follow, records[b % len(records)])
+                    world.user_follow(a, records[b % len(records)])
             elif kind == "unfollow":
                 world.user_unfollow(a, b)
             elif kind == "profile":
@@ -175,9 +240,19 @@ def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, op
             elif kind == "deliver":
                 world.deliver(a)
             elif kind == "run":
-                env.runner.tick(concurrent=False)
+                try:
+                    env.runner.tick(concurrent=False)
+                except Crash:  # the restarted process: a new runner, the database as it was left
+                    env.runner = Runner(env.pds, env.settings, env.clock, env.budget)
             elif kind == "advance":
                 env.clock.advance(a)
+            elif kind == "replay":
+                world.replay(a)
+            elif kind == "failbatch":
+                world.failing_batch(a)
+            elif kind == "crash":
+                world.crash = a
+        world.crash = None
         converge(world)
 
         assert world.violations == []

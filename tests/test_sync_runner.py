@@ -151,7 +151,8 @@ def test_five_server_errors_fail_the_row_with_backoff_between_attempts(env):
         env.clock.advance(max(0, not_before - env.clock()))
     assert (status, attempts) == ("failed", 5)
     assert waits[:4] == [60, 120, 240, 480]
-    assert _rows("SELECT state FROM sync_follow_mirror WHERE app = 'tangled'") == [("pending",)]
+    # Remembered (the write may have landed) but no longer counted as a follow.
+    assert _rows("SELECT state FROM sync_follow_mirror WHERE app = 'tangled'") == [("failed",)]
 
 
 def test_429_parks_the_whole_account_until_reset_without_spending_an_attempt(env):

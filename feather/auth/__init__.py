@@ -69,6 +69,7 @@ def init_app(app) -> None:
 
     settings = app.config["FEATHER"]
     app.extensions["auth"] = AuthService(settings)
+    app.extensions["auth"].sign_in_hooks = app.extensions.setdefault("sign_in_hooks", [])
     if settings.is_production:
         app.extensions["auth"].oauth  # noqa: B018 - fail at start, not at the first sign-in
     app.config["PERMANENT_SESSION_LIFETIME"] = timedelta(days=settings.featherreader_session_days)

@@ -52,6 +52,9 @@ class AuthService:
         self.grants = GrantStore(self.sealer, {"oauth": self._refresh_oauth, "password": self._refresh_password},
                                  clock)
         self._oauth: OAuthClient | None = None
+        # Called with the DID after every successful sign-in (e.g. sync resumes a set paused
+        # because its session was gone). A failing hook never fails the sign-in.
+        self.sign_in_hooks: list = []
 
     @property
     def oauth(self) -> OAuthClient:
@@ -147,7 +150,15 @@ class AuthService:
             access=tokens["access_token"], refresh=tokens["refresh_token"],
             expires_at=int(self.clock()) + int(tokens.get("expires_in") or 300), dpop_key=key, as_nonce=nonce,
             pds_nonce=None, client_kid=self._client_kid()))
+        self._signed_in(sub)
         return sub, next_url
+
+    def _signed_in(self, did: str) -> None:
+        for hook in self.sign_in_hooks:
+            try:
+                hook(did)
+            except Exception:
+                log.exception("auth: a sign-in hook failed for %s", did)
 
     def _client_kid(self) -> str | None:
         # Refreshes must be signed with the key that started the session: remember which one.
@@ -186,6 +197,7 @@ class AuthService:
             scope="com.atproto.appPass", access=data["accessJwt"], refresh=data["refreshJwt"],
             expires_at=_jwt_exp(data["accessJwt"], int(self.clock()) + 600), dpop_key=None, as_nonce=None,
             pds_nonce=None, client_kid=None))
+        self._signed_in(ident.did)
         return ident.did
 
     def _refresh_password(self, grant: Grant):

@@ -120,7 +120,18 @@ class Stream(BatchWriter):
             if self.paused.is_set():
                 self.stopping.wait(1.0)
                 continue
-            dids = self._membership()
+            try:
+                dids = self._membership()
+            except Exception as exc:
+                # A database error or a shard over Jetstream's DID limit: a fault to retry with
+                # backoff, never a silent death of this reader (its users would stop syncing).
+                self.stats["membership_failures"] += 1
+                delay = backoff_delay(attempt)
+                log.error("jetstream %s: could not build the subscription (%s); retry in %.1fs",
+                          self.sub.name, exc, delay, exc_info=attempt == 0)
+                attempt += 1
+                self.stopping.wait(delay)
+                continue
             if dids is not None and not dids:
                 # An empty wantedDids means *every* DID to Jetstream: never connect like that.
                 self.stopping.wait(1.0)

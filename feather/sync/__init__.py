@@ -35,8 +35,18 @@ def init_app(app) -> None:
     # Declared for every app (not only the offered ones): the OAuth client metadata must list each
     # scope we may ever ask for, and an operator changing the allow list must not need new metadata.
     declare_scopes(*write_scopes(a.key for a in APPS))
+    app.extensions.setdefault("sign_in_hooks", []).append(_resume_on_sign_in)
     app.register_blueprint(views.bp)
     app.register_blueprint(api.bp)
+
+
+def _resume_on_sign_in(did: str) -> None:
+    """feather/auth calls this after a sign-in (inside the request, with its connection)."""
+    from feather.sync.service import resume_after_sign_in
+    from feather.sync.store import now_s
+
+    if resume_after_sign_in(did, now_s()):
+        log.info("sync: resumed %s after a new sign-in", did)
 
 
 def install_writer(app, writer) -> None:
@@ -46,6 +56,7 @@ def install_writer(app, writer) -> None:
 
 def default_writer(app):
     """The production FollowWriter: writes with feather/auth's session for the owner, reads anonymously."""
+    app = getattr(app, "_get_current_object", lambda: app)()  # the writer outlives any context proxy
     if "auth" not in app.extensions:
         return None
     from feather import auth
@@ -133,7 +144,8 @@ def jobs(settings) -> list:
     from feather.sync.runner import Runner
     from feather.sync.store import now_s
 
-    out = [Job("sync-cleanup", lambda: service.cleanup(now_s()), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
+    lookback = settings.sync_jetstream_max_lookback_us
+    out = [Job("sync-cleanup", lambda: service.cleanup(now_s(), lookback), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
            Job("sync-sweep", lambda: backfill.sweep_due(now_s, settings), SWEEP_SECS, jitter=30.0,
                first_run_delay=120.0)]
 

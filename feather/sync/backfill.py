@@ -65,21 +65,23 @@ def _store_page(task, page: list[tuple[str, str]], next_cursor: str | None, now:
         if not is_valid_did(subject):
             continue  # Semble collection follows, junk: never synced
         known = queue.mirror_state(owner, app, rkey)
-        queue.upsert_mirror(owner, app, rkey, subject, now)
+        born = queue.born_of_listed(rkey, now)
+        queue.upsert_mirror(owner, app, rkey, subject, now, born_us=born)
         if known is None and kind == "sweep" and sync_set is not None:
             # Missed by the handler (e.g. an outage): propagate exactly as a create event would.
             have = queue.followed_on(owner, subject, staying=True)
             for other in sync_set.apps:
                 if other not in have:
-                    queue.enqueue_follow(owner, other, subject, "sweep", now)
-        elif known is not None and known[1] == "pending":
-            queue.set_mirror_state(owner, app, rkey, "live", now)
+                    queue.enqueue_follow(owner, other, subject, "sweep", now, cause_us=born)
+        elif known is not None and known[1] in ("pending", "failed"):
+            queue.set_mirror_state(owner, app, rkey, "live", now)  # sync's write is there after all
     execute("UPDATE sync_backfill_tasks SET cursor = ?, listed = listed + ? WHERE id = ?", next_cursor, len(page),
             task_id)
     if next_cursor is None:
         execute("UPDATE sync_backfill_tasks SET status = 'done', finished_at = ? WHERE id = ?", now, task_id)
-        if kind == "sweep":
-            _drop_gone(owner, app, started_at)
+        # Backfill too: a set turned off and on again kept mirror rows of records deleted meanwhile,
+        # and those must not count as followed (the preview, which lists afresh, does not count them).
+        _drop_gone(owner, app, started_at)
         union(owner, now)
 
 
@@ -87,7 +89,7 @@ def _drop_gone(owner: str, app: str, started_at: int) -> int:
     """After a complete listing: rows not seen since before it started are records that are gone.
     Only the mirror row goes; nothing is deleted anywhere (the residual risk the spec accepts)."""
     return execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND last_seen_at < ?"
-                   " AND state IN ('live', 'pending') AND rkey NOT IN (SELECT rkey FROM sync_queue"
+                   " AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey FROM sync_queue"
                    " WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
                    owner, app, started_at, owner, app).rowcount
 
@@ -103,15 +105,17 @@ def union(owner: str, now: int) -> int:
         return 0
     sync_set = get_set(owner)
     followed: dict[str, set[str]] = {}
-    for subject, app in rows("SELECT subject, app FROM sync_follow_mirror WHERE owner_did = ?"
-                             " AND state IN ('live', 'pending') ORDER BY subject", owner):
+    cause: dict[str, int] = {}  # the newest record of the subject: what the new follows stand for
+    for subject, app, born in rows("SELECT subject, app, born_us FROM sync_follow_mirror WHERE owner_did = ?"
+                                   " AND state IN ('live', 'pending') ORDER BY subject", owner):
         followed.setdefault(subject, set()).add(app)
+        cause[subject] = max(cause.get(subject, 0), born)
     waiting = set(rows("SELECT subject, app FROM sync_waiting WHERE owner_did = ?", owner))
     queued = 0
     for subject, have in followed.items():
         for app in sync_set.apps:
             if app not in have and (subject, app) not in waiting:
-                queued += queue.enqueue_follow(owner, app, subject, "backfill", now)
+                queued += queue.enqueue_follow(owner, app, subject, "backfill", now, cause_us=cause[subject])
     record_activity(owner, now, "", "backfill_done", None, 0, f"{queued} follows queued")
     return queued
 
@@ -162,11 +166,11 @@ def sweep_due(clock: Callable[[], int], settings, limit: int = 50) -> list[str]:
 
 def recheck_waiting(now: int, limit: int = 500) -> int:
     """A due wait becomes a queued follow again; the runner's profile check decides once more."""
-    due = rows("SELECT w.owner_did, w.app, w.subject FROM sync_waiting w JOIN sync_sets s ON s.owner_did = w.owner_did"
-               " WHERE w.next_check_at <= ? AND s.enabled = 1 AND s.paused = 0 ORDER BY w.next_check_at LIMIT ?",
-               now, limit)
-    for owner, app, subject in due:
+    due = rows("SELECT w.owner_did, w.app, w.subject, w.cause_us FROM sync_waiting w JOIN sync_sets s"
+               " ON s.owner_did = w.owner_did WHERE w.next_check_at <= ? AND s.enabled = 1 AND s.paused = 0"
+               " ORDER BY w.next_check_at LIMIT ?", now, limit)
+    for owner, app, subject, cause_us in due:
         with db.atomic():
             execute("DELETE FROM sync_waiting WHERE owner_did = ? AND app = ? AND subject = ?", owner, app, subject)
-            queue.enqueue_follow(owner, app, subject, "recheck", now)
+            queue.enqueue_follow(owner, app, subject, "recheck", now, cause_us=cause_us)
     return len(due)

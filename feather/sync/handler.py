@@ -4,12 +4,18 @@ Because it runs in the engine's one transaction per batch, queue insertion order
 Branches (specs/graph-sync.md, Flow 2):
   follow create  -> mirror it; queue a follow on every other app of the set that lacks the subject.
                     An rkey already mirrored is sync's own echo (or a replay): it propagates nothing.
-  follow delete  -> THE ONLY PLACE AN UNFOLLOW IS QUEUED. Remove the mirror row; unless the owner
-                    still follows the subject on that app (a duplicate was cleaned up), cancel queued
-                    follows of the subject, purge its waits and queue an unfollow for each of its
-                    mirrored records on the other apps. The echo of sync's own delete propagates nothing.
+  follow delete  -> THE ONLY PLACE AN UNFOLLOW IS QUEUED. Remember the delete, remove the mirror row;
+                    unless the owner still has a confirmed record of the subject on that app (a
+                    duplicate was cleaned up), cancel queued follows of the subject, purge its waits
+                    and queue an unfollow for each of its records on the other apps that was born
+                    before the delete. The echo of sync's own delete propagates nothing.
   profile create -> queue a follow for every owner waiting on that subject on that app.
-Replays are harmless: every branch is keyed by (owner, app, rkey) and re-applying finds its work done.
+
+Replays (cursor - 5 s after a restart, a host switch or a failed batch; up to the lookback for a
+shard) must change nothing. Every observed delete is remembered in sync_observed_deletes with its
+event time: a replayed delete finds it, and a replayed create of a record deleted later is
+recognised and ignored. Records born after an unfollow are never its targets, so even a delete seen
+late (a lagging shard) cannot reach a follow the owner made afterwards.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from feather.atproto.syntax import is_valid_did
 from feather.jetstream.events import CommitEvent
 from feather.sync import apps as registry
 from feather.sync import queue
-from feather.sync.store import SyncSet, execute, get_set, rows
+from feather.sync.store import SyncSet, execute, get_set, rows, scalar
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,12 @@ class _Sets:
         return found if found is not None and found.enabled and app_key in found.apps else None
 
 
+def deleted_at(owner: str, app: str, rkey: str) -> int | None:
+    """The time of the observed delete of this record, if one was seen."""
+    return scalar("SELECT time_us FROM sync_observed_deletes WHERE owner_did = ? AND app = ? AND rkey = ?",
+                  owner, app, rkey)
+
+
 def follow_created(sets: _Sets, event: CommitEvent, now: int) -> None:
     app = registry.BY_FOLLOW[event.collection]
     owner = event.did
@@ -44,17 +56,20 @@ def follow_created(sets: _Sets, event: CommitEvent, now: int) -> None:
     subject = (event.record or {}).get("subject")
     if sync_set is None or not is_valid_did(subject):
         return  # Semble may follow a collection URI: only did: subjects are synced
+    gone_at = deleted_at(owner, app.key, event.rkey)
+    if gone_at is not None and gone_at >= event.time_us:
+        return  # a replayed create of a record whose delete was already seen
     known = queue.mirror_state(owner, app.key, event.rkey)
     if known is not None:
-        if known[1] == "pending":  # the echo of sync's own write: now confirmed
+        if known[1] in ("pending", "failed"):  # the echo of sync's own write: it landed
             queue.set_mirror_state(owner, app.key, event.rkey, "live", now)
         return
-    queue.upsert_mirror(owner, app.key, event.rkey, subject, now)
+    queue.upsert_mirror(owner, app.key, event.rkey, subject, now, born_us=event.time_us)
     have = queue.followed_on(owner, subject, staying=True)
     waiting = {r[0] for r in rows("SELECT app FROM sync_waiting WHERE owner_did = ? AND subject = ?", owner, subject)}
     for other in sync_set.apps:
         if other not in have and other not in waiting:
-            queue.enqueue_follow(owner, other, subject, "event", now)
+            queue.enqueue_follow(owner, other, subject, "event", now, cause_us=event.time_us)
 
 
 def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
@@ -62,16 +77,20 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
     owner = event.did
     if sets.member(owner, app.key) is None:
         return
+    if deleted_at(owner, app.key, event.rkey) is not None:
+        return  # a replay, or a second delivery: it was handled the first time
     known = queue.mirror_state(owner, app.key, event.rkey)
+    execute("INSERT INTO sync_observed_deletes (owner_did, app, rkey, subject, time_us, seen_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)", owner, app.key, event.rkey, known[0] if known else None, event.time_us, now)
     if known is None:
-        return  # never mirrored (not a DID subject, older than the set) or a replay
+        return  # never mirrored: not a DID subject, or older than the set
     subject, state = known
     execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND rkey = ?", owner, app.key, event.rkey)
     if state in ("deleting", "gone"):
         return  # the echo of sync's own unfollow
-    if app.key in queue.followed_on(owner, subject):
+    if app.key in queue.live_on(owner, subject):
         return  # one of two duplicate records went: cleanup, not an unfollow
-    for other_app, rkey in queue.active_records(owner, subject):
+    for other_app, rkey in queue.records_born_before(owner, subject, event.time_us):
         # The one unfollow insert in the code base (see module docstring and test_sync_safety).
         execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, created_at, updated_at)"
                 " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
@@ -84,10 +103,11 @@ def profile_created(settings, event: CommitEvent, now: int) -> None:
     if event.rkey != registry.PROFILE_RKEY:
         return
     for app in registry.apps_for_profile(event.collection, settings):
-        waiting = rows("SELECT w.owner_did FROM sync_waiting w JOIN sync_sets s ON s.owner_did = w.owner_did"
-                       " WHERE w.subject = ? AND w.app = ? AND s.enabled = 1", event.did, app.key)
-        for (owner,) in waiting:
-            queue.enqueue_follow(owner, app.key, event.did, "waitlist", now)
+        waiting = rows("SELECT w.owner_did, w.cause_us FROM sync_waiting w JOIN sync_sets s"
+                       " ON s.owner_did = w.owner_did WHERE w.subject = ? AND w.app = ? AND s.enabled = 1",
+                       event.did, app.key)
+        for owner, cause_us in waiting:
+            queue.enqueue_follow(owner, app.key, event.did, "waitlist", now, cause_us=cause_us)
         execute("DELETE FROM sync_waiting WHERE subject = ? AND app = ?"
                 " AND owner_did IN (SELECT owner_did FROM sync_sets WHERE enabled = 1)", event.did, app.key)
 

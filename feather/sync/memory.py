@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable
 
-from feather.atproto.syntax import next_tid
+from feather.atproto.syntax import encode_tid
 from feather.jetstream.events import CommitEvent
 from feather.sync.writer import AuthExpired, NetworkError, RateLimited, ServerError, SessionGone
 
@@ -28,11 +28,11 @@ class MemoryPds:
         self.writes: list[tuple] = []  # (op, owner, collection, rkey, subject) of calls that changed the repo
         self.signed_out: set[str] = set()
         self.page_size = 100
-        self._time_us = 1_000_000
+        self._time_us = 0  # event times follow the clock (seconds), strictly increasing like Jetstream's
 
     # --- what users (not sync) do
     def user_follow(self, owner: str, collection: str, subject: str, rkey: str | None = None) -> CommitEvent:
-        return self._create(owner, collection, rkey or next_tid(), subject)
+        return self._create(owner, collection, rkey or self._tid(), subject)
 
     def user_unfollow(self, owner: str, collection: str, rkey: str) -> CommitEvent | None:
         return self._delete(owner, collection, rkey)
@@ -103,8 +103,16 @@ class MemoryPds:
             return None
         return self._event(owner, "delete", collection, rkey, None)
 
+    def _tick_us(self) -> int:
+        self._time_us = max(self._time_us + 1, int(self.clock() * 1_000_000))
+        return self._time_us
+
+    def _tid(self) -> str:
+        """A record key minted now, like a PDS does: its time is the record's birth."""
+        return encode_tid(self._tick_us(), 0)
+
     def _event(self, did, op, collection, rkey, record) -> CommitEvent:
-        self._time_us += 1
+        self._tick_us()
         event = CommitEvent(did, self._time_us, op, collection, rkey, record,
                             None if record is None else f"bafy{self._time_us}")
         self.log.append(event)

@@ -11,16 +11,28 @@ from feather.sync.store import execute, rows, scalar
 
 ACTIVE = ("live", "pending")  # mirror states that mean "the owner follows this subject here"
 _ACTIVE_SQL = "('live', 'pending')"
+# Records an unfollow must reach: also a follow that failed for good, whose write may have landed
+# (deleting a record that is not there is harmless; leaving one that is breaks the sync).
+_DELETABLE_SQL = "('live', 'pending', 'failed')"
 
 
-def enqueue_follow(owner: str, app: str, subject: str, origin: str, now: int) -> bool:
-    """Queue a follow unless one is already pending for (owner, app, subject). True if queued."""
+def enqueue_follow(owner: str, app: str, subject: str, origin: str, now: int, cause_us: int = 0) -> bool:
+    """Queue a follow unless one is already pending for (owner, app, subject). True if queued.
+    cause_us: when the follow that causes this one came to be (becomes the record's born_us)."""
     if scalar("SELECT 1 FROM sync_queue WHERE owner_did = ? AND subject = ? AND status = 'pending'"
               " AND app = ? AND kind = 'follow'", owner, subject, app):
         return False
-    execute("INSERT INTO sync_queue (owner_did, app, kind, subject, origin, status, created_at, updated_at)"
-            " VALUES (?, ?, 'follow', ?, ?, 'pending', ?, ?)", owner, app, subject, origin, now, now)
+    execute("INSERT INTO sync_queue (owner_did, app, kind, subject, origin, status, created_at, updated_at,"
+            " cause_us) VALUES (?, ?, 'follow', ?, ?, 'pending', ?, ?, ?)",
+            owner, app, subject, origin, now, now, cause_us)
     return True
+
+
+def born_of_listed(rkey: str, now: int) -> int:
+    """A listed record's birth: its TID's time (follow rkeys are TIDs), else the listing time."""
+    from feather.atproto.syntax import decode_tid, is_valid_tid
+
+    return decode_tid(rkey)[0] if is_valid_tid(rkey) else now * 1_000_000
 
 
 def mirror_state(owner: str, app: str, rkey: str) -> tuple[str, str] | None:
@@ -31,11 +43,11 @@ def mirror_state(owner: str, app: str, rkey: str) -> tuple[str, str] | None:
 
 
 def upsert_mirror(owner: str, app: str, rkey: str, subject: str, now: int, *, by_sync: bool = False,
-                  state: str = "live") -> None:
-    """Insert a mirror row, or refresh last_seen_at of an existing one (its state is left alone)."""
-    execute("INSERT INTO sync_follow_mirror (owner_did, app, rkey, subject, created_by_sync, state, last_seen_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner_did, app, rkey) DO UPDATE SET"
-            " last_seen_at = excluded.last_seen_at", owner, app, rkey, subject, int(by_sync), state, now)
+                  state: str = "live", born_us: int = 0) -> None:
+    """Insert a mirror row, or refresh last_seen_at of an existing one (state and born_us are left alone)."""
+    execute("INSERT INTO sync_follow_mirror (owner_did, app, rkey, subject, created_by_sync, state, last_seen_at,"
+            " born_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner_did, app, rkey) DO UPDATE SET"
+            " last_seen_at = excluded.last_seen_at", owner, app, rkey, subject, int(by_sync), state, now, born_us)
 
 
 def set_mirror_state(owner: str, app: str, rkey: str, state: str, now: int) -> None:
@@ -43,21 +55,28 @@ def set_mirror_state(owner: str, app: str, rkey: str, state: str, now: int) -> N
             state, now, owner, app, rkey)
 
 
-def followed_on(owner: str, subject: str, *, staying: bool = False) -> set[str]:
+def followed_on(owner: str, subject: str, *, staying: bool = False, states: str = _ACTIVE_SQL) -> set[str]:
     """Apps on which the owner has an active (live or pending) follow of subject. `staying`: leave
     out records an unfollow row is about to delete (a re-follow must not be mistaken for present)."""
     extra = (" AND NOT EXISTS (SELECT 1 FROM sync_queue q WHERE q.owner_did = m.owner_did AND q.subject = m.subject"
              " AND q.status = 'pending' AND q.kind = 'unfollow' AND q.app = m.app AND q.rkey = m.rkey)"
              if staying else "")
     return {r[0] for r in rows(f"SELECT DISTINCT m.app FROM sync_follow_mirror m WHERE m.owner_did = ?"
-                               f" AND m.subject = ? AND m.state IN {_ACTIVE_SQL}{extra}", owner, subject)}
+                               f" AND m.subject = ? AND m.state IN {states}{extra}", owner, subject)}
 
 
-def active_records(owner: str, subject: str) -> list[tuple[str, str]]:
-    """(app, rkey) of every active mirrored record of subject, oldest rkey first."""
+def live_on(owner: str, subject: str) -> set[str]:
+    """Apps with a confirmed record of subject: what tells a duplicate's cleanup from an unfollow
+    (a write sync has in flight, or one that failed, is not the owner following there)."""
+    return followed_on(owner, subject, states="('live')")
+
+
+def records_born_before(owner: str, subject: str, time_us: int) -> list[tuple[str, str]]:
+    """(app, rkey) of every record of subject an unfollow at time_us must delete: live, in flight
+    or failed (it may exist), and born before the unfollow (0: born before this was recorded)."""
     return [(r[0], r[1]) for r in rows(
-        f"SELECT app, rkey FROM sync_follow_mirror WHERE owner_did = ? AND subject = ? AND state IN {_ACTIVE_SQL}"
-        f" ORDER BY app, rkey", owner, subject)]
+        f"SELECT app, rkey FROM sync_follow_mirror WHERE owner_did = ? AND subject = ? AND state IN {_DELETABLE_SQL}"
+        f" AND born_us < ? ORDER BY app, rkey", owner, subject, time_us)]
 
 
 def cancel_pending_follows(owner: str, subject: str, now: int) -> int:
@@ -65,10 +84,10 @@ def cancel_pending_follows(owner: str, subject: str, now: int) -> int:
                    " AND status = 'pending' AND kind = 'follow'", now, owner, subject).rowcount
 
 
-def add_waiting(owner: str, app: str, subject: str, now: int, next_check_at: int) -> None:
-    execute("INSERT INTO sync_waiting (owner_did, app, subject, since, next_check_at) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT (owner_did, app, subject) DO UPDATE SET next_check_at = excluded.next_check_at",
-            owner, app, subject, now, next_check_at)
+def add_waiting(owner: str, app: str, subject: str, now: int, next_check_at: int, cause_us: int = 0) -> None:
+    execute("INSERT INTO sync_waiting (owner_did, app, subject, since, next_check_at, cause_us)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (owner_did, app, subject) DO UPDATE SET"
+            " next_check_at = excluded.next_check_at", owner, app, subject, now, next_check_at, cause_us)
 
 
 def counts(owner: str) -> dict:

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 ROWS_PER_LANE = 25  # per tick, so one busy owner cannot hold a lane slot for ever
 LANE_AUTH_PARK_SECS = 300
 AUTH_STREAK_PAUSE = 5
-_ROW = "id, owner_did, app, kind, subject, rkey, record_created_at, attempts"
+_ROW = "id, owner_did, app, kind, subject, rkey, record_created_at, attempts, cause_us"
 
 
 @dataclass
@@ -48,6 +48,7 @@ class Row:
     rkey: str | None
     created_at: str | None
     attempts: int
+    cause_us: int = 0
 
 
 def listing_done(owner: str, app: str) -> bool:
@@ -80,10 +81,15 @@ class Runner:
         lanes = lease_lanes(self.holder, self.clock(), max_lanes)
         if not concurrent or len(lanes) < 2:
             return sum(self._run_leased(owner, app, rows_per_lane) for owner, app in lanes)
+        from flask import current_app
         from gevent.pool import Pool
 
+        # A pool greenlet starts with no context of its own: give each lane the app's (the writer
+        # reaches the owner's session through it) and a database connection of its own.
+        flask_app = current_app._get_current_object()
+
         def one(lane):
-            with db.connection_context():
+            with flask_app.app_context(), db.connection_context():
                 return self._run_leased(lane[0], lane[1], rows_per_lane)
 
         return sum(Pool(max_lanes).map(one, lanes))
@@ -91,6 +97,10 @@ class Runner:
     def _run_leased(self, owner: str, app: str, max_rows: int) -> int:
         try:
             return self.run_lane(owner, app, max_rows, leased=True)
+        except Exception:
+            # A database error in one lane must not take the other lanes of the tick with it.
+            log.exception("sync lane %s/%s failed; it runs again at the next tick", owner, app)
+            return 0
         finally:
             release_lease(self.holder, owner, app)
 
@@ -122,6 +132,9 @@ class Runner:
             self._call(row, retry=(verdict == "retry"))
         except PdsError as exc:
             return self._failed(row, exc)
+        except Exception as exc:  # a fault of ours, not the PDS's answer: never hidden, never charged
+            log.exception("sync lane %s/%s: row %d failed before any answer from the PDS", owner, app, row.id)
+            return self._errored(row, exc)
         self._succeeded(row)
         return "next"
 
@@ -157,7 +170,7 @@ class Runner:
         if not self.budget.allows(row.owner, pacer.DELETE_POINTS, now):
             return None, "stop"
         queue.set_mirror_state(row.owner, row.app, row.rkey, "deleting", now)
-        record_activity(row.owner, now, row.app, "sending", row.subject, pacer.DELETE_POINTS, None)
+        _sending(row, pacer.DELETE_POINTS, now)
         return row, "fresh"
 
     def _prepare_follow(self, row: Row, now: int):
@@ -181,8 +194,9 @@ class Runner:
         if row.rkey is None:
             return row, "check-profile"  # needs the network: checked outside this transaction
         if not ours:  # a parked retry whose mirror row the sweep dropped: it is ours again
-            queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending")
-        record_activity(row.owner, now, row.app, "sending", row.subject, pacer.CREATE_POINTS, None)
+            queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending",
+                                born_us=row.cause_us)
+        _sending(row, pacer.CREATE_POINTS, now)
         return row, "retry"
 
     def _call(self, row: Row, retry: bool) -> None:
@@ -206,7 +220,7 @@ class Runner:
             execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", now, row.owner)
             if not exists:
                 days = registry.recheck_days(app, self.settings)
-                queue.add_waiting(row.owner, row.app, row.subject, now, now + days * pacer.DAY)
+                queue.add_waiting(row.owner, row.app, row.subject, now, now + days * pacer.DAY, row.cause_us)
                 self._finish(row, "waiting", f"no {app.name} profile yet", now)
                 record_activity(row.owner, now, row.app, "waiting", row.subject, 0, None)
                 return "next"
@@ -215,8 +229,9 @@ class Runner:
             row.rkey, row.created_at = next_tid(), _iso(now)
             execute("UPDATE sync_queue SET rkey = ?, record_created_at = ?, updated_at = ? WHERE id = ?",
                     row.rkey, row.created_at, now, row.id)
-            queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending")
-            record_activity(row.owner, now, row.app, "sending", row.subject, pacer.CREATE_POINTS, None)
+            queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending",
+                                born_us=row.cause_us)
+            _sending(row, pacer.CREATE_POINTS, now)
         return "claimed"
 
     # --- outcomes
@@ -277,9 +292,39 @@ class Runner:
             record_activity(row.owner, now, row.app, "failed", row.subject, 0, f"{row.kind}: {exc}"[:500])
             if row.kind == "unfollow":  # the record is still there: the mirror must say so
                 queue.set_mirror_state(row.owner, row.app, row.rkey, "live", now)
-            # A follow's pending mirror row stays: the write may have landed, and the sweep's
-            # complete listing is what decides (it drops the row when the record is absent).
+            elif row.rkey is not None:
+                # Not a follow any more (nothing may take it for one: a later unfollow on this app
+                # must propagate), but remembered: the write may have landed. Its echo or the next
+                # complete listing makes it live; a listing that lacks it drops it.
+                queue.set_mirror_state(row.owner, row.app, row.rkey, "failed", now)
             return "stop"
+
+    def _errored(self, row: Row, exc: Exception) -> str:
+        """An unexpected fault before the PDS answered: refund, retry with backoff, tell the owner."""
+        now = self.clock()
+        attempts = row.attempts + 1
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        with db.atomic():
+            self._sent(row, None)
+            final = attempts >= pacer.MAX_ATTEMPTS
+            execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?, status = ?"
+                    " WHERE id = ?", attempts, now + pacer.backoff_secs(attempts), reason, now,
+                    "failed" if final else "pending", row.id)
+            record_activity(row.owner, now, row.app, "failed" if final else "error", row.subject, 0,
+                            f"{row.kind}: {reason}"[:500])
+            if final and row.kind == "unfollow":
+                queue.set_mirror_state(row.owner, row.app, row.rkey, "live", now)
+            elif final and row.rkey is not None:
+                queue.set_mirror_state(row.owner, row.app, row.rkey, "failed", now)
+        return "stop"
+
+
+def _sending(row: Row, points: int, now: int) -> None:
+    """Spend the points of the write about to be sent. A `sending` row still there is the write a
+    crash interrupted: it keeps its points (it may have reached the PDS) and shows as such."""
+    execute("UPDATE sync_activity SET kind = 'interrupted' WHERE owner_did = ? AND app = ? AND kind = 'sending'",
+            row.owner, row.app)
+    record_activity(row.owner, now, row.app, "sending", row.subject, points, None)
 
 
 _ = (NetworkError, ServerError)  # retried with backoff: the generic branch of _failed

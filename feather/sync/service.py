@@ -10,6 +10,7 @@ from feather.sync import backfill, pacer, queue
 from feather.sync.store import (ensure_set, execute, get_set, pause, record_activity, recent_activity, resume,
                                 rows, set_apps, set_enabled)
 
+PAUSED_BY_YOU = "paused by you"
 PAUSED_CANCEL_DAYS = 30
 KEEP_HISTORY_DAYS = 30
 TOMBSTONE_SECS = 2 * pacer.DAY  # longer than the Jetstream lookback, so a late echo still finds it
@@ -41,6 +42,7 @@ def configure(owner: str, settings, now: int, *, enabled: bool | None = None, pa
         if enabled is True and not current.enabled:
             if len(current.apps) < 2:
                 raise ValueError("Choose at least two apps to keep in sync.")
+            _check_capacity(owner, settings)
             set_enabled(owner, True, now)
             execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", now + pacer.DAY, owner)
             backfill.start_run(owner, current.apps, "backfill", now)
@@ -50,12 +52,49 @@ def configure(owner: str, settings, now: int, *, enabled: bool | None = None, pa
             execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ?"
                     " AND status = 'pending'", now, owner)
             execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'", owner)
+            # What sync had in flight or waiting is not a follow the owner has: turned on again, the
+            # fresh listing decides (a write that landed is found and becomes live again), so the
+            # backfill queues exactly what the preview, which lists afresh, promises.
+            execute("UPDATE sync_follow_mirror SET state = 'failed' WHERE owner_did = ? AND state = 'pending'", owner)
+            execute("DELETE FROM sync_waiting WHERE owner_did = ?", owner)
             record_activity(owner, now, "", "disabled", None, 0, None)
         if paused is True:
-            pause(owner, "paused by you", now)
+            pause(owner, PAUSED_BY_YOU, now)
         elif paused is False:
             resume(owner, now)
     return state(owner, settings)
+
+
+class InstanceFull(ValueError):
+    """The owner's shard already holds as many DIDs as one Jetstream subscription takes."""
+
+
+def _check_capacity(owner: str, settings) -> None:
+    """Enabling never puts more than MAX_DIDS owners in one shard subscription (Jetstream refuses
+    more, and the whole shard would stop). Serialised on PostgreSQL so two enables cannot both
+    take the last place; SQLite serialises writers anyway."""
+    from feather.db import current_dialect
+    from feather.jetstream.subscriptions import MAX_DIDS
+    from feather.sync.store import shard_members, shard_of
+    from feather.workers import lock_key
+
+    lock = current_dialect().xact_lock_sql(lock_key("sync-capacity"))
+    if lock:
+        execute(lock)
+    count = settings.sync_shard_count
+    if len(shard_members(shard_of(owner, count), count)) >= MAX_DIDS:
+        raise InstanceFull("This instance is full: it already syncs as many accounts as it can follow "
+                           "on the stream. Ask its operator to raise SYNC_SHARD_COUNT, then try again.")
+
+
+def resume_after_sign_in(owner: str, now: int) -> bool:
+    """Signing in again resumes a set that paused because its session was gone or refused (never
+    one the owner paused): resume() lets every parked row go, and makes a sweep due now."""
+    with db.atomic():
+        sync_set = get_set(owner)
+        if sync_set is None or not sync_set.enabled or not sync_set.paused or sync_set.pause_reason == PAUSED_BY_YOU:
+            return False
+        return resume(owner, now)
 
 
 def _change_apps(owner: str, before, keys: list[str], now: int) -> None:
@@ -100,8 +139,9 @@ def activity(owner: str, limit: int = 50) -> list[dict]:
     return [a for a in recent_activity(owner, limit) if a["kind"] != "sending"]
 
 
-def cleanup(now: int) -> dict:
-    """Cancel the pending rows of sets paused 30 days; trim tombstones and old history."""
+def cleanup(now: int, lookback_us: int = 0) -> dict:
+    """Cancel the pending rows of sets paused 30 days; trim tombstones and old history.
+    Observed deletes are kept for the replay window and the lookback (with a day to spare)."""
     stale = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE paused = 1 AND paused_at <= ?",
                                 now - PAUSED_CANCEL_DAYS * pacer.DAY)]
     cancelled = 0
@@ -109,8 +149,10 @@ def cleanup(now: int) -> dict:
         cancelled += execute("UPDATE sync_queue SET status = 'cancelled', last_error = ?, updated_at = ?"
                              " WHERE owner_did = ? AND status = 'pending'",
                              f"paused for {PAUSED_CANCEL_DAYS} days", now, owner).rowcount
+    keep = max(TOMBSTONE_SECS, lookback_us // 1_000_000 + pacer.DAY)
     tombstones = execute("DELETE FROM sync_follow_mirror WHERE state = 'gone' AND last_seen_at < ?",
-                         now - TOMBSTONE_SECS).rowcount
+                         now - keep).rowcount
+    tombstones += execute("DELETE FROM sync_observed_deletes WHERE seen_at < ?", now - keep).rowcount
     horizon = now - KEEP_HISTORY_DAYS * pacer.DAY
     execute("DELETE FROM sync_activity WHERE at < ?", horizon)
     execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?", horizon)
