@@ -192,3 +192,35 @@ def test_follow_unfollow_and_duplicate_against_the_reference_pds(make_app, pds_j
     assert {"follow", "unfollow", "waiting"} <= {a["kind"] for a in activity}
     assert json.dumps(activity)  # plain JSON for scripts
 
+
+
+def test_signing_in_again_resumes_a_set_paused_because_its_session_was_gone(make_app, pds_jetstream):
+    from feather.sync.store import get_set, pause
+    from tests.test_sync_views import in_db
+
+    pds, _js = pds_jetstream
+    alice = pds.accounts["alice"]
+    app = make_app(FEATHERREADER_HANDLE_RESOLVER=pds.pds_url, FEATHERREADER_PLC_URL=pds.plc_url,
+                   FEATHERREADER_ALLOW_APP_PASSWORDS=True)
+    made = xrpc(pds.pds_url, "POST", "com.atproto.server.createAppPassword", token=create_session(pds, "alice"),
+                json={"name": f"sync-resume-{next_tid()}"})
+    assert made.status_code == 200, made.text
+
+    def sign_in(client):
+        token = client.get("/api/session").json["csrfToken"]
+        r = client.post("/api/session", json={"identifier": alice.handle, "password": made.json()["password"]},
+                        headers={"X-CSRF-Token": token})
+        assert r.status_code == 200, r.data
+        return r.json["csrfToken"]
+
+    client = app.test_client()
+    token = sign_in(client)
+    r = client.post("/api/sync", json={"enabled": True, "apps": ["bluesky", "tangled"]},
+                    headers={"X-CSRF-Token": token})
+    assert r.status_code == 200, r.data
+    in_db(app, lambda: pause(alice.did, "signed out", int(time.time())))
+    assert client.get("/api/sync").json["paused"] is True
+    sign_in(app.test_client())  # a new sign-in, from another browser
+    state = client.get("/api/sync").json
+    assert (state["paused"], state["pause_reason"]) == (False, None)
+    assert in_db(app, lambda: get_set(alice.did).next_sweep_at) <= int(time.time())
