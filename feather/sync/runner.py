@@ -24,17 +24,14 @@ from typing import Callable
 
 from feather.db import db
 from feather.sync import apps as registry
-from feather.sync import pacer, queue
+from feather.sync import outcomes, pacer, queue
 from feather.sync.lanes import MAX_LANES, lease_lanes, process_id, release_lease, renew_lease
-from feather.sync.store import execute, get_set, now_s, park_account, pause, record_activity, rows, scalar
-from feather.sync.writer import (AuthExpired, AuthInvalid, BadRequest, FollowWriter, NetworkError, PdsError,
-                                 RateLimited, ScopeMissing, ServerError, SessionGone)
+from feather.sync.store import execute, get_set, now_s, record_activity, rows, scalar
+from feather.sync.writer import FollowWriter, PdsError
 
 log = logging.getLogger(__name__)
 
 ROWS_PER_LANE = 25  # per tick, so one busy owner cannot hold a lane slot for ever
-LANE_AUTH_PARK_SECS = 300
-AUTH_STREAK_PAUSE = 5
 _ROW = "id, owner_did, app, kind, subject, rkey, record_created_at, attempts, cause_us"
 
 
@@ -131,11 +128,11 @@ class Runner:
                     return verdict
             self._call(row, retry=(verdict == "retry"))
         except PdsError as exc:
-            return self._failed(row, exc)
+            return outcomes.failed(row, exc, self.clock())
         except Exception as exc:  # a fault of ours, not the PDS's answer: never hidden, never charged
             log.exception("sync lane %s/%s: row %d failed before any answer from the PDS", owner, app, row.id)
-            return self._errored(row, exc)
-        self._succeeded(row)
+            return outcomes.errored(row, exc, self.clock())
+        outcomes.succeeded(row, self.clock())
         return "next"
 
     def _head(self, owner: str, app: str, now: int) -> Row | None:
@@ -165,12 +162,12 @@ class Runner:
     def _prepare_unfollow(self, row: Row, now: int):
         known = queue.mirror_state(row.owner, row.app, row.rkey)
         if known is None or known[1] == "gone":
-            self._finish(row, "skipped", "the record is already gone", now)
+            outcomes.finish(row, "skipped", "the record is already gone", now)
             return None, "next"
         if not self.budget.allows(row.owner, pacer.DELETE_POINTS, now):
             return None, "stop"
         queue.set_mirror_state(row.owner, row.app, row.rkey, "deleting", now)
-        _sending(row, pacer.DELETE_POINTS, now)
+        outcomes.sending(row, pacer.DELETE_POINTS, now)
         return row, "fresh"
 
     def _prepare_follow(self, row: Row, now: int):
@@ -182,10 +179,10 @@ class Runner:
                                   " AND app = ? AND state IN ('live', 'pending') AND rkey <> ?",
                                   row.owner, row.subject, row.app, row.rkey or "", default=0)
         if others_on_target:
-            self._finish(row, "skipped", "already followed on this app", now)
+            outcomes.finish(row, "skipped", "already followed on this app", now)
             return None, "next"
         if not (on - {row.app}):
-            self._finish(row, "skipped", "no longer followed on any app", now)
+            outcomes.finish(row, "skipped", "no longer followed on any app", now)
             return None, "next"
         if not self.budget.app_cap_allows(row.owner, row.app, now):
             return None, "stop"
@@ -196,7 +193,7 @@ class Runner:
         if not ours:  # a parked retry whose mirror row the sweep dropped: it is ours again
             queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending",
                                 born_us=row.cause_us)
-        _sending(row, pacer.CREATE_POINTS, now)
+        outcomes.sending(row, pacer.CREATE_POINTS, now)
         return row, "retry"
 
     def _call(self, row: Row, retry: bool) -> None:
@@ -221,7 +218,7 @@ class Runner:
             if not exists:
                 days = registry.recheck_days(app, self.settings)
                 queue.add_waiting(row.owner, row.app, row.subject, now, now + days * pacer.DAY, row.cause_us)
-                self._finish(row, "waiting", f"no {app.name} profile yet", now)
+                outcomes.finish(row, "waiting", f"no {app.name} profile yet", now)
                 record_activity(row.owner, now, row.app, "waiting", row.subject, 0, None)
                 return "next"
             if not self.budget.allows(row.owner, pacer.CREATE_POINTS, now):
@@ -231,100 +228,5 @@ class Runner:
                     row.rkey, row.created_at, now, row.id)
             queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending",
                                 born_us=row.cause_us)
-            _sending(row, pacer.CREATE_POINTS, now)
+            outcomes.sending(row, pacer.CREATE_POINTS, now)
         return "claimed"
-
-    # --- outcomes
-    def _finish(self, row: Row, status: str, error: str | None, now: int) -> None:
-        execute("UPDATE sync_queue SET status = ?, last_error = ?, updated_at = ? WHERE id = ?",
-                status, error, now, row.id)
-
-    def _sent(self, row: Row, kind: str | None) -> None:
-        """Settle the in-flight activity row: relabel it (points kept) or drop it (refund)."""
-        if kind is None:
-            execute("DELETE FROM sync_activity WHERE owner_did = ? AND app = ? AND kind = 'sending'", row.owner, row.app)
-        else:
-            execute("UPDATE sync_activity SET kind = ? WHERE owner_did = ? AND app = ? AND kind = 'sending'",
-                    kind, row.owner, row.app)
-
-    def _succeeded(self, row: Row) -> None:
-        now = self.clock()
-        with db.atomic():
-            self._finish(row, "done", None, now)
-            self._sent(row, row.kind)
-            if row.kind == "unfollow":
-                queue.set_mirror_state(row.owner, row.app, row.rkey, "gone", now)
-            else:
-                execute("UPDATE sync_follow_mirror SET state = 'live' WHERE owner_did = ? AND app = ? AND rkey = ?"
-                        " AND state = 'pending'", row.owner, row.app, row.rkey)
-            execute("UPDATE sync_sets SET auth_failures = 0 WHERE owner_did = ? AND auth_failures > 0", row.owner)
-
-    def _failed(self, row: Row, exc: PdsError) -> str:
-        now = self.clock()
-        with db.atomic():
-            if isinstance(exc, RateLimited):  # the PDS did nothing: no attempt spent, points refunded
-                self._sent(row, None)
-                park_account(row.owner, pacer.rate_limit_until(exc.reset_at, now), now)
-                record_activity(row.owner, now, row.app, "rate_limited", row.subject, 0, str(exc))
-                return "stop"
-            if isinstance(exc, (SessionGone, ScopeMissing)):
-                self._sent(row, None)
-                pause(row.owner, "signed out" if isinstance(exc, SessionGone) else "missing write permission", now)
-                return "stop"
-            if isinstance(exc, (AuthExpired, AuthInvalid)):
-                self._sent(row, None)
-                execute("UPDATE sync_sets SET auth_failures = auth_failures + 1 WHERE owner_did = ?", row.owner)
-                streak = scalar("SELECT auth_failures FROM sync_sets WHERE owner_did = ?", row.owner, default=0)
-                execute("UPDATE sync_queue SET not_before = ?, last_error = ? WHERE id = ?",
-                        now + LANE_AUTH_PARK_SECS, str(exc)[:500], row.id)
-                if streak >= AUTH_STREAK_PAUSE:
-                    pause(row.owner, f"the PDS refused sync's credentials {streak} times in a row", now)
-                return "stop"
-            self._sent(row, "retry")
-            attempts = row.attempts + 1
-            final = attempts >= pacer.MAX_ATTEMPTS or (isinstance(exc, BadRequest) and row.kind != "unfollow")
-            if not final:
-                execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?"
-                        " WHERE id = ?", attempts, now + pacer.backoff_secs(attempts), str(exc)[:500], now, row.id)
-                return "stop"
-            execute("UPDATE sync_queue SET attempts = ?, status = 'failed', last_error = ?, updated_at = ?"
-                    " WHERE id = ?", attempts, str(exc)[:500], now, row.id)
-            record_activity(row.owner, now, row.app, "failed", row.subject, 0, f"{row.kind}: {exc}"[:500])
-            if row.kind == "unfollow":  # the record is still there: the mirror must say so
-                queue.set_mirror_state(row.owner, row.app, row.rkey, "live", now)
-            elif row.rkey is not None:
-                # Not a follow any more (nothing may take it for one: a later unfollow on this app
-                # must propagate), but remembered: the write may have landed. Its echo or the next
-                # complete listing makes it live; a listing that lacks it drops it.
-                queue.set_mirror_state(row.owner, row.app, row.rkey, "failed", now)
-            return "stop"
-
-    def _errored(self, row: Row, exc: Exception) -> str:
-        """An unexpected fault before the PDS answered: refund, retry with backoff, tell the owner."""
-        now = self.clock()
-        attempts = row.attempts + 1
-        reason = f"{type(exc).__name__}: {exc}"[:500]
-        with db.atomic():
-            self._sent(row, None)
-            final = attempts >= pacer.MAX_ATTEMPTS
-            execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?, status = ?"
-                    " WHERE id = ?", attempts, now + pacer.backoff_secs(attempts), reason, now,
-                    "failed" if final else "pending", row.id)
-            record_activity(row.owner, now, row.app, "failed" if final else "error", row.subject, 0,
-                            f"{row.kind}: {reason}"[:500])
-            if final and row.kind == "unfollow":
-                queue.set_mirror_state(row.owner, row.app, row.rkey, "live", now)
-            elif final and row.rkey is not None:
-                queue.set_mirror_state(row.owner, row.app, row.rkey, "failed", now)
-        return "stop"
-
-
-def _sending(row: Row, points: int, now: int) -> None:
-    """Spend the points of the write about to be sent. A `sending` row still there is the write a
-    crash interrupted: it keeps its points (it may have reached the PDS) and shows as such."""
-    execute("UPDATE sync_activity SET kind = 'interrupted' WHERE owner_did = ? AND app = ? AND kind = 'sending'",
-            row.owner, row.app)
-    record_activity(row.owner, now, row.app, "sending", row.subject, points, None)
-
-
-_ = (NetworkError, ServerError)  # retried with backoff: the generic branch of _failed
