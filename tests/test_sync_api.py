@@ -28,7 +28,7 @@ def test_state_of_a_new_owner(world):
     assert (r.status_code, r.json) == (200, {
         "enabled": False, "paused": False, "pause_reason": None, "apps": [], "available_apps": APPS,
         "backfill": {"listed": 0, "total": 0, "done": False}, "queue": {"pending": 0, "done": 0, "failed": 0},
-        "waiting": 0})
+        "waiting": 0, "per_app": [], "next_write": None, "problems": []})
     assert sync_rows(app, "sync_sets") == []  # reading creates nothing
 
 
@@ -163,8 +163,9 @@ def test_activity_lists_the_newest_rows(world):
     post(client, {"paused": True}, token)
     r = client.get("/api/sync/activity?limit=1")
     assert r.status_code == 200
-    assert [(a["kind"], a["detail"]) for a in r.json["activity"]] == [("paused", "paused by you")]
-    assert set(r.json["activity"][0]) == {"at", "app", "kind", "subject", "points", "detail"}
+    assert [(a["kind"], a["detail"], a["message"]) for a in r.json["activity"]] == [
+        ("paused", "paused by you", "You paused sync.")]
+    assert set(r.json["activity"][0]) == {"at", "app", "kind", "subject", "points", "detail", "message"}
     assert [a["kind"] for a in client.get("/api/sync/activity").json["activity"]] == ["paused", "enabled"]
     for bad in ("0", "201", "ten", "-1"):
         r = client.get(f"/api/sync/activity?limit={bad}")
@@ -200,3 +201,43 @@ def test_404s_are_json(make_app):
     assert (r.status_code, r.json) == (404, {"error": "NotFound", "message": "Graph sync is not offered on this instance."})
     r = app.test_client().get("/api/sync/nothing-here")
     assert r.status_code == 404 and r.json["error"] == "NotFound"
+
+
+def test_state_explains_each_apps_listing_queue_and_waits(world):
+    """The fields added for issue 13: records listed against the preview's count, the next write and
+    why, people waiting for a profile, named by handle (the people cache), with exact values."""
+    from feather.sync import backfill
+    from feather.sync.runner import Runner
+    from feather.sync.store import execute, now_s
+
+    app, client, pds = world
+    sign_in(app, client)
+    client.get("/api/sync/preview?apps=bluesky,tangled")  # remembers 2 follows on Bluesky, 0 on Tangled
+    post(client, {"enabled": True, "apps": ["bluesky", "tangled"]})
+    bluesky = client.get("/api/sync").json["per_app"][0]
+    assert bluesky["listing"] | {"measured_at": 0} == {
+        "status": "listing", "records": 0, "expected": 2, "expected_complete": True, "measured_at": 0,
+        "attempts": 0, "error": None, "retry_at": None, "summary": "0 of about 2 follows listed"}
+    in_db(app, lambda: backfill.burst(pds, now_s))
+    in_db(app, lambda: execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at,"
+                               " next_fetch_at) VALUES (?, 'bob.test', NULL, 1, 1, 1)", BOB))
+    state = client.get("/api/sync").json
+    now = state["next_write"]["at"]
+    assert state["next_write"] == {"at": now, "reason": "ready", "message": "Next write within a few seconds.",
+                                   "subject": BOB, "subject_name": "@bob.test", "app": "tangled", "name": "Tangled"}
+    tangled = state["per_app"][1]
+    assert tangled["queue"] == {"pending": 2, "follows": 2, "unfollows": 0, "failed": 0, "next": {
+        "at": now, "reason": "ready", "message": "Next write within a few seconds.", "subject": BOB,
+        "subject_name": "@bob.test"}, "summary": "2 follows to write."}
+    in_db(app, lambda: Runner(pds, app.config["FEATHER"]).tick(concurrent=False))
+    state = client.get("/api/sync").json
+    tangled = state["per_app"][1]
+    assert (tangled["queue"]["pending"], tangled["queue"]["next"], state["next_write"], state["problems"]) == (
+        0, None, None, [])
+    assert tangled["waiting"]["count"] == 1
+    assert tangled["waiting"]["message"].startswith("1 person has no Tangled profile yet: Feather follows them there"
+                                                    " as soon as they create one (next check ")
+    words = [a["message"] for a in client.get("/api/sync/activity").json["activity"]]
+    assert words == ["Someone (name not looked up yet) has no Tangled profile yet; Feather follows them there"
+                     " when they join.", "Followed @bob.test on Tangled.",
+                     "Finished listing your follows: 2 follows to write.", "Sync turned on for Bluesky and Tangled."]

@@ -93,10 +93,11 @@ def test_configure_validates_and_reports_the_api_state(env):
     with pytest.raises(ValueError, match="at least two apps"):
         service.configure(ALICE, env.settings, env.clock(), apps=["bluesky"], enabled=True)
     state = service.configure(ALICE, env.settings, env.clock(), apps=["tangled", "bluesky"], enabled=True)
-    assert state == {"enabled": True, "paused": False, "pause_reason": None, "apps": ["bluesky", "tangled"],
-                     "available_apps": ["bluesky", "tangled", "sifa", "grain", "semble"],
-                     "backfill": {"listed": 0, "total": 2, "done": False},
-                     "queue": {"pending": 0, "done": 0, "failed": 0}, "waiting": 0}
+    counters = {k: v for k, v in state.items() if k not in ("per_app", "next_write", "problems")}  # test_sync_status
+    assert counters == {"enabled": True, "paused": False, "pause_reason": None, "apps": ["bluesky", "tangled"],
+                        "available_apps": ["bluesky", "tangled", "sifa", "grain", "semble"],
+                        "backfill": {"listed": 0, "total": 2, "done": False},
+                        "queue": {"pending": 0, "done": 0, "failed": 0}, "waiting": 0}
     state = service.configure(ALICE, env.settings, env.clock(), paused=True)
     assert (state["paused"], state["pause_reason"]) == (True, "paused by you")
 

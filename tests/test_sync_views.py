@@ -115,8 +115,9 @@ def test_page_is_plain_html_every_post_form_carries_the_csrf_token_and_there_is_
     body = client.get(PAGE).get_data(as_text=True)
     forms = re.findall(r"<form[^>]*>.*?</form>", body, re.S)
     posts = [f for f in forms if 'method="post"' in f]
-    assert len(posts) >= 3  # pause, turn off, sign out
+    assert len(posts) >= 2  # pause, sign out
     assert all('name="csrf_token"' in f for f in posts)
+    assert '<form method="get" action="/u/alice.test/social-graph-sync/turn-off"' in body  # asks first
     assert re.findall(r"<script(?![^>]*\bsrc=)", body) == [] and " on" + "click=" not in body
     assert 'hx-get="/u/alice.test/social-graph-sync/progress"' in body  # the enhancement, polling the fragment
 
@@ -158,12 +159,38 @@ def test_confirmed_enable_pause_resume_disable_each_redirect_back_to_the_page(wo
     assert (state()["enabled"], state()["apps"], state()["backfill"]) == (
         True, ["bluesky", "tangled"], {"listed": 0, "total": 2, "done": False})
     for action, expect in (("pause", (True, True)), ("resume", (True, False)), ("disable", (False, False))):
-        r = client.post(PAGE, data={"action": action, "csrf_token": token})
+        r = client.post(PAGE, data={"action": action, "csrf_token": token, "confirm": "1"})
         assert (r.status_code, r.headers["Location"]) == (303, PAGE), action
         assert (state()["enabled"], state()["paused"]) == expect, action
     body = client.get(PAGE).get_data(as_text=True)
-    for kind in ("enabled", "paused", "resumed", "disabled"):
-        assert f"<td>{kind}</td>" in body
+    said = re.findall(r"</time> (.*?)</li>", body)
+    assert said == ["Sync turned off. Nothing already written was undone.", "Sync resumed.", "You paused sync.",
+                    "Sync turned on for Bluesky and Tangled."]
+
+
+def test_turning_sync_off_asks_on_a_page_of_its_own_first(world):
+    from feather.sync import service
+
+    app, client, _ = world
+    sign_in(app, client)
+    token = csrf(client)
+    client.post(PAGE, data={"action": "enable", "confirm": "1", "apps": ["bluesky", "tangled"], "csrf_token": token})
+    r = client.post(PAGE, data={"action": "disable", "csrf_token": token})  # no confirm=1: refused, asked
+    assert (r.status_code, r.headers["Location"]) == (303, PAGE + "/turn-off")
+    assert in_db(app, lambda: service.state(ALICE, app.config["FEATHER"])["enabled"]) is True
+    body = client.get(PAGE + "/turn-off").get_data(as_text=True)
+    assert "<h1>Turn sync off?</h1>" in body
+    assert "Nothing more is written: no change is waiting to be written, and listing your follows stops." in body
+    form = re.search(r'<form method="post" action="/u/alice.test/social-graph-sync">.*?</form>', body, re.S).group(0)
+    assert 'name="confirm" value="1"' in form and 'name="csrf_token"' in form
+    assert '<button type="submit" name="action" value="disable">Yes, turn sync off</button>' in form
+    assert f'<a href="{PAGE}">Keep sync on</a>' in form
+    r = client.post(PAGE, data={"action": "disable", "confirm": "1", "csrf_token": token})
+    assert (r.status_code, r.headers["Location"]) == (303, PAGE)
+    assert in_db(app, lambda: service.state(ALICE, app.config["FEATHER"])["enabled"]) is False
+    r = client.get(PAGE + "/turn-off")  # nothing to confirm any more
+    assert (r.status_code, r.headers["Location"]) == (303, PAGE)
+    assert "Sync is already off." in client.get(PAGE).get_data(as_text=True)
 
 
 def test_enable_asks_for_the_write_permission_first(world):
@@ -218,12 +245,55 @@ def test_progress_fragment_polls_only_while_work_is_in_flight(world):
                             "csrf_token": csrf(client)})
     r = client.get(PAGE + "/progress")
     body = r.get_data(as_text=True)
-    assert r.status_code == 200 and "<html" not in body and "0 of 2 apps listed" in body and "hx-get" in body
+    assert r.status_code == 200 and "<html" not in body and "hx-get" in body
+    assert app_lines(body) == [("Bluesky", ["Listing", "0 follows listed so far", "To write", "Nothing waiting to be written."]),
+                               ("Tangled", ["Listing", "0 follows listed so far", "To write", "Nothing waiting to be written."])]
     in_db(app, lambda: backfill.burst(pds, now_s))
     body = client.get(PAGE + "/progress").get_data(as_text=True)
-    assert "2 of 2 apps listed, merged" in body and "2 waiting to be written" in body
+    assert app_lines(body) == [
+        ("Bluesky", ["Listing", "2 follows listed", "To write", "Nothing waiting to be written."]),
+        ("Tangled", ["Listing", "0 follows listed", "To write", "2 follows to write. Next write within a few seconds."])]
+    assert "<strong>Next write (Tangled):</strong>\n    Next write within a few seconds." in body
     in_db(app, lambda: service.configure(ALICE, app.config["FEATHER"], now_s(), paused=True))
-    assert "hx-get" not in client.get(PAGE + "/progress").get_data(as_text=True)
+    body = client.get(PAGE + "/progress").get_data(as_text=True)
+    assert "hx-get" not in body and "You paused sync." in body
+
+
+def app_lines(html: str) -> list[tuple[str, list[str]]]:
+    """Each app's heading and its dt/dd texts, from the progress fragment."""
+    out = []
+    for name, dl in re.findall(r"<h3>(.*?)</h3>\s*<dl>(.*?)</dl>", html, re.S):
+        out.append((name, [" ".join(t.split()) for t in re.findall(r"<d[td]>(.*?)</d[td]>", dl, re.S)]))
+    return out
+
+
+def test_the_page_names_people_shows_failures_and_no_did(world):
+    from feather.sync import backfill
+    from feather.sync.runner import Runner
+    from feather.sync.store import execute, now_s
+
+    app, client, pds = world
+    sign_in(app, client)
+    client.get(PAGE + "/preview?apps=bluesky,tangled")  # remembers: 2 follows on Bluesky, 0 on Tangled
+    client.post(PAGE, data={"action": "enable", "confirm": "1", "apps": ["bluesky", "tangled"],
+                            "csrf_token": csrf(client)})
+    assert "0 of about 2 follows listed" in client.get(PAGE + "/progress").get_data(as_text=True)
+    in_db(app, lambda: backfill.burst(pds, now_s))
+    in_db(app, lambda: execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at,"
+                               " next_fetch_at) VALUES (?, 'bob.test', 'Bob', 1, 1, 1)", BOB))
+    pds.faults.append("500")
+    in_db(app, lambda: Runner(pds, app.config["FEATHER"]).tick(concurrent=False))
+    from feather.sync.status import clock
+    from feather.sync.store import scalar
+
+    body = client.get(PAGE).get_data(as_text=True)
+    assert "did:plc:" not in body
+    retry_at = in_db(app, lambda: scalar("SELECT not_before FROM sync_queue WHERE subject = ?", BOB))
+    failure = (f"Could not follow Bob (@bob.test) on Tangled (try 1 of 5): internal error. Trying again at"
+               f" {clock(retry_at, retry_at)} (in 1 minute).")
+    problems = re.search(r'<div class="problems">.*?</div>', body, re.S).group(0)
+    assert re.findall(r"<li>(.*?)</li>", problems) == [failure]
+    assert re.findall(r"</time> (.*?)</li>", body)[:2] == [failure, "Finished listing your follows: 2 follows to write."]
 
 
 def test_pages_404_when_the_instance_offers_fewer_than_two_apps(make_app):

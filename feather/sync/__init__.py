@@ -140,7 +140,7 @@ def jobs(settings) -> list:
     from flask import current_app
 
     from feather.scheduler import Job
-    from feather.sync import backfill, service
+    from feather.sync import backfill, people, service
     from feather.sync.runner import Runner
     from feather.sync.store import now_s
 
@@ -148,6 +148,7 @@ def jobs(settings) -> list:
     out = [Job("sync-cleanup", lambda: service.cleanup(now_s(), lookback), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
            Job("sync-sweep", lambda: backfill.sweep_due(now_s, settings), SWEEP_SECS, jitter=30.0,
                first_run_delay=120.0)]
+    out.append(Job("sync-people", lambda: people.refresh_due(now_s()), people.RUN_SECS, jitter=5.0, first_run_delay=30.0))
 
     def writer():
         return current_app.extensions.get("sync_writer") or default_writer(current_app)

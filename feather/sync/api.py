@@ -1,6 +1,6 @@
 """The JSON API for scripts: the same operations as the owner's page, one contract (README, "Graph sync API").
 
-    GET  /api/sync                   the state (service.state)
+    GET  /api/sync                   the state (service.state; the explaining part from status.overview)
     POST /api/sync                   {"enabled": bool, "paused": bool, "apps": [keys]}, any of them -> new state
     GET  /api/sync/preview?apps=a,b  what enabling would write (preview.compute); writes nothing
     GET  /api/sync/activity?limit=n  the newest activity rows
@@ -17,7 +17,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 from feather.errors import ApiError
 from feather.security import csrf
 from feather.sync import apps as registry
-from feather.sync import service
+from feather.sync import service, status
 from feather.sync.store import now_s
 
 bp = Blueprint("sync_api", __name__, url_prefix="/api/sync")
@@ -118,9 +118,11 @@ def get_preview():
     if writer() is None:
         raise ApiError(503, "ServiceUnavailable", "Sync cannot read from PDSes on this instance right now.")
     try:
-        return jsonify(preview.compute(g.sync_owner, keys, settings, writer()))
+        result = preview.compute(g.sync_owner, keys, settings, writer())
     except PdsError as exc:
         raise ApiError(502, "UpstreamFailure", f"Your PDS did not answer the listing: {exc}") from None
+    status.remember_following(g.sync_owner, result, now_s())  # the "of about N" of the listing to come
+    return jsonify(result)
 
 
 @bp.get("/activity")

@@ -75,8 +75,9 @@ def _store_page(task, page: list[tuple[str, str]], next_cursor: str | None, now:
                     queue.enqueue_follow(owner, other, subject, "sweep", now, cause_us=born)
         elif known is not None and known[1] in ("pending", "failed"):
             queue.set_mirror_state(owner, app, rkey, "live", now)  # sync's write is there after all
-    execute("UPDATE sync_backfill_tasks SET cursor = ?, listed = listed + ? WHERE id = ?", next_cursor, len(page),
-            task_id)
+    # A page that arrived clears the last failure: the page shows listing trouble only while it lasts.
+    execute("UPDATE sync_backfill_tasks SET cursor = ?, listed = listed + ?, attempts = 0, last_error = NULL"
+            " WHERE id = ?", next_cursor, len(page), task_id)
     if next_cursor is None:
         execute("UPDATE sync_backfill_tasks SET status = 'done', finished_at = ? WHERE id = ?", now, task_id)
         # Backfill too: a set turned off and on again kept mirror rows of records deleted meanwhile,

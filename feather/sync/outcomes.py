@@ -24,13 +24,13 @@ def finish(row, status: str, error: str | None, now: int) -> None:
             status, error, now, row.id)
 
 
-def sent(row, kind: str | None) -> None:
+def sent(row, kind: str | None, detail: str | None = None) -> None:
     """Settle the in-flight activity row: relabel it (points kept) or drop it (refund)."""
     if kind is None:
         execute("DELETE FROM sync_activity WHERE owner_did = ? AND app = ? AND kind = 'sending'", row.owner, row.app)
     else:
-        execute("UPDATE sync_activity SET kind = ? WHERE owner_did = ? AND app = ? AND kind = 'sending'",
-                kind, row.owner, row.app)
+        execute("UPDATE sync_activity SET kind = ?, detail = ? WHERE owner_did = ? AND app = ? AND kind = 'sending'",
+                kind, detail, row.owner, row.app)
 
 
 def succeeded(row, now: int) -> None:
@@ -65,7 +65,7 @@ def failed(row, exc: PdsError, now: int) -> str:
             if streak >= AUTH_STREAK_PAUSE:
                 pause(row.owner, f"the PDS refused sync's credentials {streak} times in a row", now)
             return "stop"
-        sent(row, "retry")
+        sent(row, "retry", str(exc)[:500])
         attempts = row.attempts + 1
         final = attempts >= pacer.MAX_ATTEMPTS or (isinstance(exc, BadRequest) and row.kind != "unfollow")
         if not final:

@@ -16,7 +16,12 @@ KEEP_HISTORY_DAYS = 30
 TOMBSTONE_SECS = 2 * pacer.DAY  # longer than the Jetstream lookback, so a late echo still finds it
 
 
-def state(owner: str, settings) -> dict:
+def state(owner: str, settings, now: int | None = None) -> dict:
+    """The counters (unchanged since the first API) and what explains them: per_app, next_write and
+    problems (feather/sync/status.py; the README's "Graph sync API" table)."""
+    from feather.sync import status
+    from feather.sync.store import now_s
+
     sync_set = get_set(owner)
     return {
         "enabled": bool(sync_set and sync_set.enabled),
@@ -27,6 +32,7 @@ def state(owner: str, settings) -> dict:
         "backfill": {k: v for k, v in backfill.progress(owner).items() if k in ("listed", "total", "done")},
         "queue": queue.counts(owner),
         "waiting": queue.waiting_count(owner),
+        **status.overview(owner, sync_set, settings, now_s() if now is None else now),
     }
 
 
@@ -135,8 +141,55 @@ def check_change(owner: str, settings, *, enabled: bool | None = None, paused: b
     return write_scopes(keys) if starts else []
 
 
-def activity(owner: str, limit: int = 50) -> list[dict]:
-    return [a for a in recent_activity(owner, limit) if a["kind"] != "sending"]
+def activity(owner: str, limit: int = 50, now: int | None = None) -> list[dict]:
+    """The newest rows, every kind (an attempt in flight or interrupted is shown, never hidden), each
+    with `message`: a plain sentence naming people by handle (status.activity_words)."""
+    from feather.sync import people, status
+    from feather.sync.store import now_s
+
+    now = now_s() if now is None else now
+    found = [dict(zip(("id", "at", "app", "kind", "subject", "points", "detail"), r)) for r in rows(
+        "SELECT id, at, app, kind, subject, points, detail FROM sync_activity WHERE owner_did = ?"
+        " ORDER BY at DESC, id DESC LIMIT ?", owner, limit)]
+    names = people.labels([a["subject"] for a in found], now)
+    retries = _retry_context(owner, [a for a in found if a["kind"] in ("retry", "error")])
+    sync_set = get_set(owner)
+    parked = sync_set.parked_until if sync_set else 0
+    newest_park = next((a["id"] for a in found if a["kind"] == "rate_limited"), None)
+    for a in found:
+        a["message"] = status.activity_words(a, names, now, retries.get(a["id"]),
+                                             parked if a["id"] == newest_park else 0)
+        del a["id"]
+    return found
+
+
+def _retry_context(owner: str, failed: list[dict]) -> dict[int, dict]:
+    """For each retry/error row: which try it was (failed tries since the subject's last outcome on
+    that app) and, for the newest one, the queue row's reason and next try while it is pending."""
+    if not failed:
+        return {}
+    subjects = sorted({a["subject"] for a in failed})
+    marks = ", ".join("?" * len(subjects))
+    history = rows(f"SELECT id, app, subject, kind FROM sync_activity WHERE owner_did = ? AND subject IN ({marks})"
+                   f" AND kind IN ('retry', 'error', 'follow', 'unfollow', 'failed', 'waiting') ORDER BY id",
+                   owner, *subjects)
+    tries, count = {}, {}
+    for row_id, app, subject, kind in history:
+        key = (app, subject)
+        count[key] = count.get(key, 0) + 1 if kind in ("retry", "error") else 0
+        tries[row_id] = count[key]
+    pending = {(r[0], r[1]): r[2:] for r in rows(
+        f"SELECT app, subject, last_error, not_before FROM sync_queue WHERE owner_did = ? AND status = 'pending'"
+        f" AND attempts > 0 AND subject IN ({marks}) ORDER BY id", owner, *subjects)}
+    out, newest = {}, set()
+    for a in failed:  # newest first
+        key = (a["app"], a["subject"])
+        context = {"try": tries.get(a["id"]), "reason": None, "next_at": None}
+        if key not in newest and key in pending:
+            context["reason"], context["next_at"] = pending[key]
+        newest.add(key)
+        out[a["id"]] = context
+    return out
 
 
 def cleanup(now: int, lookback_us: int = 0) -> dict:

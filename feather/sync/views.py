@@ -6,6 +6,9 @@ page (messages travel as flashes), and the preview is a GET form. htmx only re-f
 fragment in place while a backfill or queue is moving. Turning sync on goes preview -> confirm, so no
 follow is written before the owner has seen what will be written; when the write permission is not
 granted yet the confirm goes through feather/auth's consent page first (incremental consent).
+Turning it off goes through a confirmation page: a disable POST without confirm=1 is sent there.
+What the progress says (records listed, the next write and why it waits, failures, names instead
+of DIDs) is computed in feather/sync/status.py, the same for the page and GET /api/sync.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 
 from feather.auth import consent_url, current_account, has_scopes, login_required
 from feather.sync import apps as registry
-from feather.sync import preview, service
+from feather.sync import preview, service, status
 from feather.sync.api import parse_apps, writer
 from feather.sync.store import get_set, now_s
 
@@ -51,12 +54,23 @@ def _page_url(account) -> str:
 
 
 def format_time(at) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(int(at))) if at else ""
+    """"14:05 UTC" today, with the date otherwise (status.clock)."""
+    return status.clock(int(at), now_s()) if at else ""
 
 
 @bp.app_template_filter("sync_time")
 def _sync_time(at) -> str:
     return format_time(at)
+
+
+@bp.app_template_filter("sync_count")
+def _sync_count(n, word: str) -> str:
+    return status.plural(int(n or 0), word)
+
+
+@bp.app_template_filter("sync_iso")
+def _sync_iso(at) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(at))) if at else ""
 
 
 @bp.get("/sync")
@@ -73,6 +87,8 @@ def user(handle: str):
     sync_set = get_set(account.did) if own else None
     return render_template("users/show.html", handle=handle, account=account if own else None,
                            sync_available=len(_offered()) >= 2, sync_set=sync_set,
+                           sync_apps=status.app_names(sync_set.apps) if sync_set else "",
+                           pause_words=status.pause_words(sync_set.pause_reason) if sync_set else "",
                            sync_url=_page_url(account) if own else None)
 
 
@@ -83,7 +99,21 @@ def manage(handle: str):
     state = service.state(account.did, _settings())
     return render_template("sync/manage.html", account=account, state=state, apps=_offered(),
                            chosen=set(state["apps"]) or {a.key for a in _offered()[:2]},
-                           activity=service.activity(account.did, 50), page_url=_page_url(account))
+                           activity=service.activity(account.did, 50), page_url=_page_url(account),
+                           app_names=status.app_names(state["apps"]), pause_words=status.pause_words(state["pause_reason"]))
+
+
+@bp.get("/u/<handle>/social-graph-sync/turn-off")
+@login_required
+def turn_off(handle: str):
+    """The confirmation page "Turn sync off" leads to (with or without JavaScript)."""
+    account = _owner(handle)
+    state = service.state(account.did, _settings())
+    if not state["enabled"]:
+        flash("Sync is already off.", "info")
+        return redirect(_page_url(account), 303)
+    return render_template("sync/turn_off.html", account=account, state=state, page_url=_page_url(account),
+                           app_names=status.app_names(state["apps"]))
 
 
 @bp.get("/u/<handle>/social-graph-sync/progress")
@@ -115,6 +145,7 @@ def preview_page(handle: str):
     else:
         try:
             result = preview.compute(account.did, keys, settings, reader)
+            status.remember_following(account.did, result, now_s())
         except PdsError as exc:
             error = f"Your follows could not be read right now ({exc}). Try again in a minute."
     scopes = service.write_scopes(keys)
@@ -138,6 +169,8 @@ def act(handle: str):
                             303)
         change = {"apps": keys, "enabled": True}
         back = url_for("sync.preview_page", handle=handle) + "?" + urlencode({"apps": ",".join(keys)})
+    elif action == "disable" and request.form.get("confirm") != "1":  # asked first, on a page of its own
+        return redirect(url_for("sync.turn_off", handle=handle), 303)
     else:
         change = {"pause": {"paused": True}, "resume": {"paused": False}, "disable": {"enabled": False}}[action]
         back = _page_url(account)
