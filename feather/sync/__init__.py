@@ -4,14 +4,15 @@ Feature hooks (feather/features.py):
   subscriptions  shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
                  collections: the offered apps' follow collections) and, on the shared "global"
                  stream, profile creates of the apps watched live (late joiners).
-  jobs           runner, backfill bursts, sweep, cleanup. They need a FollowWriter that can write
+  jobs           runner, backfill bursts, sweep, cleanup, and the people cache (names for the pages). They need a FollowWriter that can write
                  with the owner's session: `app.extensions["sync_writer"]`, set by whoever wires
                  sign-in (feather/auth) via `install_writer(app, writer)`. Without one the write
                  jobs are not scheduled (the handler still mirrors and queues, so nothing is lost).
 Module map: apps (registry) · store (sets, shards) · handler (Jetstream; the only unfollow insert)
 · queue (follow-only helpers) · runner (lanes) · pacer (points) · backfill (listing, union, sweep)
 · service (owner operations, cleanup) · writer (PDS protocol + adapter) · memory (in-memory PDS)
-· preview (what enabling would write) · views (pages) · api (JSON for scripts).
+· preview (what enabling would write) · outcomes (a row's result) · status (what the owner sees)
+· people (handles and names) · views (pages) · api (JSON for scripts).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import backfill, pacer, queue
-from feather.sync.store import (ensure_set, execute, get_set, pause, record_activity, recent_activity, resume,
+from feather.sync.store import (ensure_set, execute, get_set, pause, record_activity, resume,
                                 rows, set_apps, set_enabled)
 
 PAUSED_BY_YOU = "paused by you"
