@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from feather.parsing import ascii_int
+
 # Values a production SECRET_KEY must never be: framework defaults and our own examples.
 KNOWN_WEAK_SECRETS = {"", "dev", "secret", "changeme", "change-me", "development", "test"}
 ENVIRONMENTS = ("production", "development", "test")
@@ -36,10 +38,9 @@ def _bool(name: str, raw: str) -> bool:
 
 def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str, str], int]:
     def parse(name: str, raw: str) -> int:
-        try:
-            value = int(raw.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(name, f"expected a whole number; got {raw!r}") from None
+        value = ascii_int(raw.strip().replace("_", ""), signed=True)
+        if value is None:
+            raise ConfigError(name, f"expected a whole number; got {raw!r}")
         if minimum is not None and value < minimum:
             raise ConfigError(name, f"expected a number >= {minimum}; got {value}")
         if maximum is not None and value > maximum:
