@@ -188,6 +188,13 @@ class GuardedClient:
                 method, body = "GET", None
                 out_headers = {k: v for k, v in out_headers.items() if k.lower() not in _BODY_HEADERS}
             if _origin(next_url) != _origin(url):
+                if body is not None:
+                    # A 307/308 resends the body as is, and a body can be a credential (the app
+                    # password of createSession); it stays with the origin it was meant for.
+                    raise BlockedDestination(
+                        f"{url} redirected a request body to another origin ({next_url}); not resending it.",
+                        url=next_url,
+                    )
                 out_headers = {
                     k: v for k, v in out_headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS
                 }
