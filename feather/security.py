@@ -1,6 +1,7 @@
 """CSRF on every POST form, the response headers every page carries, and JSON bodies with a depth limit."""
 from __future__ import annotations
 
+from flask import request, session
 from flask.json.provider import DefaultJSONProvider
 from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import BadRequest
@@ -30,12 +31,27 @@ class DepthLimitedJSON(DefaultJSONProvider):
         return super().loads(s, **kwargs)
 
 
+def _no_public_cache_for_personal(response) -> None:
+    """A view may mark its page `public` (a shared cache keeps one copy for everyone) only when every
+    visitor would get it byte for byte. A request with any cookie may be answered with a handle, a
+    flash or a CSRF token, and a response that sets a cookie carries that visitor's session: both
+    become `private, no-store`, whatever the view said. `Vary: Cookie` keeps a cache that stored the
+    anonymous copy from handing it to a signed-in visitor."""
+    if "public" not in response.headers.get("Cache-Control", ""):
+        return
+    if request.cookies or session.modified or session or response.headers.get("Set-Cookie"):
+        response.headers["Cache-Control"] = "private, no-store"
+    else:
+        response.vary.add("Cookie")
+
+
 def init_app(app) -> None:
     app.json = DepthLimitedJSON(app)
     csrf.init_app(app)
     from htmx_flask import Htmx
 
     Htmx(app)
+    hsts = app.config["FEATHER"].is_production
 
     @app.after_request
     def _headers(response):
@@ -43,4 +59,9 @@ def init_app(app) -> None:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "same-origin")
         response.headers.setdefault("X-Frame-Options", "DENY")
+        _no_public_cache_for_personal(response)
+        if hsts:
+            # Production is https only (FEATHERREADER_PUBLIC_URL, secure cookies): tell browsers never
+            # to try plain http, where the first request could be rewritten on the way.
+            response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
         return response
