@@ -84,3 +84,48 @@ def test_a_deeply_nested_reply_is_a_value_error_not_a_recursion_error(server):
     with pytest.raises(ValueError) as exc:
         resp.json()
     assert str(exc.value) == "JSON nested deeper than 64 levels is refused."
+
+
+@pytest.mark.parametrize("did", [
+    "did:web:host.example%2Fattacker%2Fx%23",  # the report: https://host.example/attacker/x#/.well-known/…
+    "did:web:host.example%2fattacker",
+    "did:web:host.example%23frag",
+    "did:web:host.example%3Fq%3D1",
+    "did:web:host.example%5Cattacker",
+    "did:web:host.example%40evil.example",
+    "did:web:host.example%2E%2E",
+    "did:web:%6Cocalhost",  # an escaped ordinary letter is still an escape
+    "did:web:host.example%3A443",  # a port: only for localhost
+    "did:web:host.example:path",  # path-based did:web
+    "did:web:localhost:8080:x",
+    "did:web:localhost%3A99999",
+    "did:web:-bad.example",
+    "did:web:",
+])
+def test_did_web_refuses_every_spelling_that_changes_the_url(did):
+    from feather.atproto.identity import IdentityResolver, UnresolvableDid
+    from tests.test_identity import FakeHttp
+
+    http = FakeHttp({})
+    resolver = IdentityResolver(http, txt_lookup=lambda name: [])
+    with pytest.raises(UnresolvableDid) as exc:
+        resolver.resolve_did(did)
+    assert http.calls == []  # refused before any fetch
+    assert "bare host names only" in str(exc.value) or "not a valid DID" in str(exc.value)
+
+
+@pytest.mark.parametrize("did, url", [
+    ("did:web:alice.example.com", "https://alice.example.com/.well-known/did.json"),
+    ("did:web:Alice.Example.COM", "https://alice.example.com/.well-known/did.json"),
+    ("did:web:localhost%3A2583", "http://localhost:2583/.well-known/did.json"),
+    ("did:web:localhost%3a2583", "http://localhost:2583/.well-known/did.json"),
+])
+def test_did_web_fetches_exactly_the_hosts_document(did, url):
+    from feather.atproto.identity import IdentityResolver, UnresolvableDid
+    from tests.test_identity import FakeHttp
+
+    http = FakeHttp({})
+    http.allow_private_network = True
+    with pytest.raises(UnresolvableDid):  # nothing answers; only the URL asked for matters
+        IdentityResolver(http, txt_lookup=lambda name: []).resolve_did(did)
+    assert http.calls == [url]
