@@ -73,8 +73,12 @@ def sign_in():
         did=did, kind="password", handle=handle, pds_url="http://127.0.0.1:9", issuer=None,
         scope="com.atproto.appPass", access="demo", refresh="demo", expires_at=int(time.time()) + 365 * 86400,
         dpop_key=None, as_nonce=None, pds_nonce=None, client_kid=None))
+    from feather.auth.views import safe_next
+
     start_session(did)
-    return redirect(request.args.get("next") or url_for("sync.manage", handle=handle), 303)
+    # The same rule as every sign-in: `next` is a path on this site or it is ignored.
+    wanted = request.args.get("next")
+    return redirect(safe_next(wanted) if wanted else url_for("sync.manage", handle=handle), 303)
 
 
 def init_app(app) -> None:

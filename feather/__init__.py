@@ -40,6 +40,13 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     if settings.featherreader_log_level != "DEBUG":
         # APScheduler logs every run of every job at INFO; our jobs log what they do themselves.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    if settings.featherreader_trusted_proxies:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        # Believe exactly as many forwarding hops as the operator says sit in front of us: with
+        # more, a client could pick its own address (and rate-limit bucket) by sending the header.
+        hops = settings.featherreader_trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
     dbmod.bind(settings.database_url)
     dbmod.init_app(app)
     security.init_app(app)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from feather.parsing import ascii_int
+
 # Values a production SECRET_KEY must never be: framework defaults and our own examples.
 KNOWN_WEAK_SECRETS = {"", "dev", "secret", "changeme", "change-me", "development", "test"}
 ENVIRONMENTS = ("production", "development", "test")
@@ -36,10 +38,9 @@ def _bool(name: str, raw: str) -> bool:
 
 def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str, str], int]:
     def parse(name: str, raw: str) -> int:
-        try:
-            value = int(raw.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(name, f"expected a whole number; got {raw!r}") from None
+        value = ascii_int(raw.strip().replace("_", ""), signed=True)
+        if value is None:
+            raise ConfigError(name, f"expected a whole number; got {raw!r}")
         if minimum is not None and value < minimum:
             raise ConfigError(name, f"expected a number >= {minimum}; got {value}")
         if maximum is not None and value > maximum:
@@ -109,7 +110,14 @@ SETTINGS: tuple[Setting, ...] = (
             "Kill switch for every background task: no consumer, no scheduled job, in any process."),
     Setting("FEATHERREADER_ALLOW_PRIVATE_NETWORK", _bool, "0",
             "Allow outbound fetches and Jetstream hosts on loopback/private addresses and plain http. "
-            "Development and tests only."),
+            "Development and tests only: production refuses it unless the override below is also set."),
+    Setting("FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION", _bool, "0",
+            "1: let production start with FEATHERREADER_ALLOW_PRIVATE_NETWORK=1, turning the SSRF guard and "
+            "the https rule off for every outbound fetch. Only for a closed network you control."),
+    Setting("FEATHERREADER_TRUSTED_PROXIES", _int(0, 10), "0",
+            "Reverse proxies in front of the app (a PaaS router, nginx) whose `X-Forwarded-For` and "
+            "`X-Forwarded-Proto` are believed, one hop each (Werkzeug's ProxyFix). Rate limits key on the "
+            "client address this yields. 0: the socket's address, and forwarded headers are ignored."),
     Setting("FEATHERREADER_HTTP_TIMEOUT_SECS", _int(1, 300), "15", "Read timeout of outbound HTTP calls."),
     Setting("FEATHERREADER_HTTP_MAX_BODY_BYTES", _int(1024), str(8 * 1024 * 1024),
             "Largest response body an outbound fetch accepts."),
@@ -257,6 +265,11 @@ def load_settings(env: Mapping[str, str] | None = None, overrides: Mapping[str, 
     if not values["DATABASE_URL"]:
         values["DATABASE_URL"] = f"sqlite:///{data_dir / 'feather.db'}"
     values["SECRET_KEY"] = _secret_key(values, data_dir)
+    if (values["FEATHERREADER_ENV"] == "production" and values["FEATHERREADER_ALLOW_PRIVATE_NETWORK"]
+            and not values["FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION"]):
+        raise ConfigError("FEATHERREADER_ALLOW_PRIVATE_NETWORK",
+                          "production refuses it: it turns off the SSRF guard for every fetch a stranger can "
+                          "trigger. Unset it, or also set FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION=1")
     return Settings(values)
 
 

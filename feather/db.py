@@ -8,6 +8,7 @@ inside SQLite's busy handler: keep network I/O out of transactions.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -48,6 +49,7 @@ def make_database(url: str) -> peewee.Database:
             return peewee.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
         path = Path(url[len("sqlite:///"):])
         path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
         return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
     parsed = urlparse(url)
     _install_gevent_wait_callback()
@@ -62,6 +64,16 @@ def make_database(url: str) -> peewee.Database:
         timeout=10,
         connect_timeout=5,
     )
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file owner-only (0600) before SQLite does it with the umask (often 0644):
+    it holds sealed tokens and every account's data. SQLite gives its -wal and -shm files the
+    database file's mode, so they follow. An existing file's mode is the operator's choice."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def bind(url: str) -> peewee.Database:

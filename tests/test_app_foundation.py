@@ -87,6 +87,17 @@ def test_every_setting_is_documented_in_the_readme():
     assert missing == []
 
 
+def test_the_readme_settings_table_is_exactly_the_settings_in_order():
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    start = "<!-- settings:start (generated from feather/config.py SETTINGS) -->\n"
+    table = readme[readme.index(start) + len(start):readme.index("<!-- settings:end -->")]
+    expected = ["| Variable | Default | Meaning |", "|---|---|---|"] + [
+        f"| `{s.name}` | `{s.default or '(empty)'}` | {s.help} |" for s in SETTINGS]
+    assert table.splitlines() == expected
+
+
 @pytest.mark.skipif(bool(PG_URL), reason="SQLite pragmas only apply to SQLite")
 def test_sqlite_pragmas_are_wal_busy_timeout_and_foreign_keys(app):
     from feather.db import db

@@ -161,7 +161,13 @@ def test_a_callback_state_works_only_once(fake):
     _, callback = start(fake)
     assert fake.client.get("/oauth/callback", query_string=callback).status_code == 303
     r = fake.client.get("/oauth/callback", query_string=callback)
-    assert r.status_code == 400 and b"This sign-in link has expired or was already used." in r.data
+    assert r.status_code == 400 and b"This sign-in was not started in this browser, or was already used." in r.data
+    # and the server's own record of the state is gone too, whoever brings it back
+    from feather.auth.service import SignInError
+
+    with fake.app.test_request_context(), pytest.raises(SignInError) as exc:
+        fake.app.extensions["auth"].finish_oauth(callback)
+    assert str(exc.value) == "This sign-in link has expired or was already used. Please start again."
 
 
 def test_a_token_for_another_account_than_the_handle_is_refused(fake):

@@ -142,13 +142,13 @@ def test_confidential_client_metadata_and_jwks(make_app):
 
 def test_production_without_a_public_url_refuses_to_start(make_app):
     with pytest.raises(ConfigError) as err:
-        make_app(FEATHERREADER_ENV="production", SECRET_KEY="x" * 32)
+        make_app(FEATHERREADER_ENV="production", SECRET_KEY="x" * 32, FEATHERREADER_ALLOW_PRIVATE_NETWORK=False)
     assert err.value.name == "FEATHERREADER_PUBLIC_URL"
 
 
 def test_public_url_without_client_keys_refuses_to_start(make_app):
     with pytest.raises(ConfigError) as err:
-        make_app(FEATHERREADER_ENV="production", SECRET_KEY="x" * 32,
+        make_app(FEATHERREADER_ENV="production", SECRET_KEY="x" * 32, FEATHERREADER_ALLOW_PRIVATE_NETWORK=False,
                  FEATHERREADER_PUBLIC_URL="https://feather.example.com")
     assert err.value.name == "FEATHERREADER_OAUTH_CLIENT_KEYS"
 

@@ -89,7 +89,8 @@ def test_bad_or_missing_tokens_get_401_with_a_challenge(app, token, error):
 
 def test_a_tampered_payload_fails_the_signature(app):
     head, _, sig = mint(P256).split(".")
-    forged = b64(json.dumps({"iss": A, "aud": SERVICE, "lxm": LXM, "exp": int(time.time()) + 999}).encode())
+    forged = b64(json.dumps({"iss": A, "aud": SERVICE, "lxm": LXM, "iat": int(time.time()),
+                             "exp": int(time.time()) + 999}).encode())
     assert get_feed(app, f"{head}.{forged}.{sig}").json["error"] == "BadJwtSignature"
 
 

@@ -12,14 +12,14 @@ goes through the guarded client: handles and DID documents are chosen by strange
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 from feather.atproto import crypto
-from feather.atproto.syntax import is_disallowed_handle_tld, is_valid_did, is_valid_handle, normalize_handle
+from feather.atproto.cache import TtlCache
+from feather.atproto.syntax import did_web_host, is_disallowed_handle_tld, is_valid_did, is_valid_handle, normalize_handle
 from feather.net import GuardedClient, NetError
 
 log = logging.getLogger(__name__)
@@ -89,31 +89,6 @@ def dns_txt_lookup(timeout: float = 3.0) -> TxtLookup:
     return lookup
 
 
-class _TtlCache:
-    def __init__(self, ttl: float, clock: Callable[[], float], max_entries: int = 10_000):
-        self.ttl, self.clock, self.max_entries = ttl, clock, max_entries
-        self._data: dict[Any, tuple[float, Any]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            hit = self._data.get(key)
-            if hit is None or hit[0] <= self.clock():
-                self._data.pop(key, None)
-                return None
-            return hit[1]
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            if len(self._data) >= self.max_entries:
-                self._data.pop(next(iter(self._data)))  # oldest insert; good enough for a small cache
-            self._data[key] = (self.clock() + self.ttl, value)
-
-    def discard(self, key) -> None:
-        with self._lock:
-            self._data.pop(key, None)
-
-
 class IdentityResolver:
     def __init__(self, http: GuardedClient, *, handle_resolver: str = "https://bsky.social",
                  plc_url: str = "https://plc.directory", txt_lookup: TxtLookup | None = None,
@@ -122,7 +97,7 @@ class IdentityResolver:
         self.handle_resolver = handle_resolver.rstrip("/")
         self.plc_url = plc_url.rstrip("/")
         self.txt_lookup = txt_lookup if txt_lookup is not None else dns_txt_lookup()
-        self.cache = _TtlCache(cache_ttl, clock)
+        self.cache = TtlCache(cache_ttl, clock)
 
     # --- handles
     def resolve_handle(self, handle: str) -> str:
@@ -208,9 +183,8 @@ class IdentityResolver:
         return doc
 
     def _did_web_url(self, did: str) -> str:
-        host = unquote(did[len("did:web:"):])
-        if ":" in host.split("]")[-1] and not host.startswith("localhost:"):
-            # A path-based did:web is not allowed in atproto; a port only for localhost.
+        host = did_web_host(did)
+        if host is None:
             raise UnresolvableDid(f"{did} is not a did:web atproto accepts (bare host names only).", did)
         scheme = "http" if host.split(":")[0] == "localhost" and self.http.allow_private_network else "https"
         return f"{scheme}://{host}/.well-known/did.json"

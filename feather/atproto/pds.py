@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from feather.net import GuardedClient, NetError
+from feather.parsing import ascii_int
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +111,12 @@ class BearerAuth(Auth):
 
 
 def _reset_at(headers, now: float) -> float | None:
-    raw = (headers.get("ratelimit-reset") or "").strip()
-    if raw.isdigit():
-        return float(raw)  # absolute epoch seconds on the reference PDS, not a delta
+    reset = ascii_int((headers.get("ratelimit-reset") or "").strip())
+    if reset is not None:
+        return float(reset)  # absolute epoch seconds on the reference PDS, not a delta
     retry = (headers.get("retry-after") or "").strip()
-    if retry.isdigit():
-        return now + int(retry)
+    if ascii_int(retry) is not None:
+        return now + ascii_int(retry)
     if retry:
         try:
             return email.utils.parsedate_to_datetime(retry).timestamp()

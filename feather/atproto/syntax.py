@@ -12,6 +12,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Callable, NamedTuple
 
+from feather.parsing import ascii_int
+
 
 class InvalidSyntax(ValueError):
     """A string is not a well-formed atproto identifier of the expected kind."""
@@ -267,3 +269,24 @@ _process_clock = TidClock()
 
 def next_tid() -> str:
     return _process_clock.next_tid()
+
+
+_WEB_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*")
+
+
+def did_web_host(did: str) -> str | None:
+    """The host (with a port only for localhost) a did:web document is fetched from, or None.
+
+    The one escape did:web defines is `%3A` for a port's colon. Decoding anything else would let the
+    DID write the URL: `did:web:host%2Fattacker%23` is `https://host/attacker#/.well-known/did.json`.
+    A path-based did:web (`did:web:host:path`) is not allowed in atproto.
+    """
+    raw = did[len("did:web:"):] if isinstance(did, str) and did.startswith("did:web:") else ""
+    if not re.fullmatch(r"(?:[^%]|%3[aA])+", raw):
+        return None
+    host, _, port = raw.replace("%3a", ":").replace("%3A", ":").lower().partition(":")
+    if len(host) > 253 or not _WEB_HOST.fullmatch(host):
+        return None
+    if port and (host != "localhost" or not 0 < (ascii_int(port) or 0) < 65536):
+        return None
+    return f"{host}:{port}" if port else host

@@ -68,8 +68,10 @@ class AuthService:
 
     # --- OAuth
     def start_oauth(self, identifier: str, *, extra_scopes: tuple[str, ...] = (), next_url: str | None = None,
-                    expect_did: str | None = None) -> str:
-        """Begin a sign-in (or a consent upgrade for expect_did); returns the URL to send the browser to."""
+                    expect_did: str | None = None) -> tuple[str, str]:
+        """Begin a sign-in (or a consent upgrade for expect_did); returns (the URL to send the browser
+        to, the state). The caller binds the state to the browser: finish_oauth alone cannot tell whose
+        browser brings a callback back."""
         identifier = identifier.strip()
         did = handle = None
         try:
@@ -109,7 +111,7 @@ class AuthService:
                   " as_nonce, expect_did, next_url, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                   (state, server.issuer, did, handle, scope, self.sealer.seal(verifier, f"req:{state}"),
                    self.sealer.seal(dpop.key_to_json(key), f"req:{state}:dpop"), nonce, expect_did, next_url, now))
-        return self.oauth.authorize_url(server, request_uri)
+        return self.oauth.authorize_url(server, request_uri), state
 
     def finish_oauth(self, args: Mapping[str, str]) -> tuple[str, str | None]:
         """Complete the callback; returns (did, next_url). Every check failing raises SignInError."""

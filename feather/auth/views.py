@@ -5,7 +5,9 @@ POSTs; JSON callers send X-CSRF-Token). Errors are re-rendered forms with one pl
 """
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, redirect, render_template, request, url_for
+from urllib.parse import urlsplit
+
+from flask import Blueprint, current_app, jsonify, redirect, render_template, request, session, url_for
 from flask_wtf.csrf import generate_csrf
 
 from feather.errors import ApiError
@@ -28,10 +30,21 @@ def _settings():
 
 
 def safe_next(value: str | None) -> str:
-    """Only same-site paths: `next` must never send someone to another site after sign-in."""
-    if value and value.startswith("/") and not value.startswith(("//", "/\\")) and "\n" not in value:
-        return value
-    return url_for("pages.index")
+    """Only same-site paths: `next` must never send someone to another site after sign-in.
+
+    Judged as the browser will read the Location header: URL parsers drop TAB, CR and LF anywhere
+    (`/<TAB>/evil` is `//evil`) and treat `\\` as `/`, so any control character or backslash is
+    refused outright, and what is left must parse as a path with no scheme and no host.
+    """
+    home = url_for("pages.index")
+    if not isinstance(value, str) or not value.startswith("/") or "\\" in value:
+        return home
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+        return home
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or value.startswith("//"):
+        return home
+    return value
 
 
 def _page(template: str, status: int = 200, **context):
@@ -67,9 +80,10 @@ def login():
         return _page("auth/login.html", 400, error="Enter your handle (like alice.bsky.social) or your "
                      "server's address.", identifier=identifier, next=next_url)
     try:
-        target = _service().start_oauth(identifier, next_url=next_url)
+        target, state = _service().start_oauth(identifier, next_url=next_url)
     except SignInError as e:
         return _page("auth/login.html", 400, error=str(e), identifier=identifier, next=next_url)
+    _remember_state(state)
     return redirect(target, 303)
 
 
@@ -89,8 +103,31 @@ def login_password():
     return redirect(next_url, 303)
 
 
+# OAuth `state`s this browser started, in its signed session cookie. A callback is accepted only
+# with one of them, once: otherwise an attacker's own callback URL, opened in someone else's
+# browser, would sign that browser into the attacker's account (login CSRF).
+_PENDING = "oauth_states"
+_MAX_PENDING = 5  # a few tabs signing in at once; the oldest is forgotten first
+
+
+def _remember_state(state: str) -> None:
+    pending = [s for s in session.get(_PENDING, []) if s != state]
+    session[_PENDING] = pending[-(_MAX_PENDING - 1):] + [state]
+
+
+def _take_state(state: str) -> bool:
+    pending = session.get(_PENDING, [])
+    if not state or state not in pending:
+        return False
+    session[_PENDING] = [s for s in pending if s != state]
+    return True
+
+
 @bp.get("/oauth/callback")
 def callback():
+    if not _take_state(request.args.get("state") or ""):
+        return _page("auth/login.html", 400, identifier="", next=safe_next(None),
+                     error="This sign-in was not started in this browser, or was already used. Please start again.")
     try:
         did, next_url = _service().finish_oauth(request.args)
     except SignInError as e:
@@ -122,10 +159,11 @@ def consent():
         return redirect(url_for("auth.login_form"), 303)
     scopes = tuple(request.form.getlist("scope"))
     try:
-        target = _service().start_oauth(account.did, extra_scopes=scopes, expect_did=account.did,
-                                        next_url=safe_next(request.form.get("next")))
+        target, state = _service().start_oauth(account.did, extra_scopes=scopes, expect_did=account.did,
+                                               next_url=safe_next(request.form.get("next")))
     except (SignInError, ValueError) as e:
         return _page("auth/consent.html", 400, error=str(e), scopes=scopes, next=safe_next(None), why="")
+    _remember_state(state)
     return redirect(target, 303)
 
 

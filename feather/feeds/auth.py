@@ -3,7 +3,8 @@
 The reader's PDS mints it (`com.atproto.server.getServiceAuth`) and signs it with the account's
 `#atproto` key: header {typ: JWT, alg: ES256 | ES256K}, claims {iss, aud, exp, lxm, iat, jti}.
 We check the signature against the key in the issuer's DID document (P-256 or secp256k1,
-low-S, raw r||s), `aud` = our service DID, `lxm` = `<namespace>.getFeed`, expiry, and the
+low-S, raw r||s), `aud` = our service DID, `lxm` = `<namespace>.getFeed`, expiry, `iat` (and
+`nbf` if present) not in the future, a lifetime of at most an hour, and the
 caller then checks that the issuer is the `actor` (403 otherwise). Failures answer 401 with a
 WWW-Authenticate header, so a client knows to fetch a token.
 """
@@ -18,6 +19,7 @@ from feather.atproto.syntax import is_valid_did
 from feather.errors import ApiError
 
 CLOCK_SKEW_SECS = 30
+MAX_LIFETIME_SECS = 3600  # atproto's reference PDS refuses to mint a service token for longer
 # Tokens of other kinds that share the JWT form must never pass as service auth.
 _REFUSED_TYPES = {"at+jwt", "refresh+jwt", "dpop+jwt"}
 _ALG_CURVE = {"ES256": "secp256r1", "ES256K": "secp256k1"}
@@ -47,8 +49,9 @@ def verify(token: str, *, audience: str, method: str, key_of, now: float | None 
         raise AuthError("BadJwt", "The service-auth token does not decode.") from None
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise AuthError("BadJwt", "The service-auth token does not decode.")
-    alg = header.get("alg")
-    if alg not in _ALG_CURVE or header.get("typ") in _REFUSED_TYPES:
+    alg, typ = header.get("alg"), header.get("typ", "")
+    # typ is compared case-insensitively (RFC 7515 §4.1.9): "AT+JWT" is still an access token.
+    if alg not in _ALG_CURVE or not isinstance(typ, str) or typ.lower() in _REFUSED_TYPES:
         raise AuthError("BadJwt", "The service-auth token must be an ES256 or ES256K JWT.")
     issuer = claims.get("iss")
     issuer = issuer.split("#", 1)[0] if isinstance(issuer, str) else None
@@ -58,9 +61,15 @@ def verify(token: str, *, audience: str, method: str, key_of, now: float | None 
         raise AuthError("BadJwtAudience", "The service-auth token is not meant for this service.")
     if claims.get("lxm") != method:
         raise AuthError("BadJwtLexiconMethod", f"The service-auth token is not scoped to {method}.")
-    exp = claims.get("exp")
-    if not isinstance(exp, (int, float)) or isinstance(exp, bool) or exp + CLOCK_SKEW_SECS < now:
+    exp, iat, nbf = claims.get("exp"), claims.get("iat"), claims.get("nbf")
+    if not _number(exp) or exp + CLOCK_SKEW_SECS < now:
         raise AuthError("JwtExpired", "The service-auth token has expired.")
+    if not _number(iat) or iat > now + CLOCK_SKEW_SECS or (nbf is not None and (not _number(nbf)
+                                                                                  or nbf > now + CLOCK_SKEW_SECS)):
+        raise AuthError("BadJwt", "The service-auth token has no issue time or is not valid yet.")
+    if exp - iat > MAX_LIFETIME_SECS or exp - now > MAX_LIFETIME_SECS + CLOCK_SKEW_SECS:
+        # A stolen token is a reader's identity until exp: PDSes mint 60 s ones, never over an hour.
+        raise AuthError("BadJwt", "The service-auth token lives longer than an hour; ask for a short-lived one.")
     key = key_of(issuer)
     if key is None:
         raise AuthError("BadJwtSignature", "The issuer's signing key could not be resolved.")
@@ -69,6 +78,10 @@ def verify(token: str, *, audience: str, method: str, key_of, now: float | None 
     if not crypto.verify_signature(key, f"{parts[0]}.{parts[1]}".encode(), signature):
         raise AuthError("BadJwtSignature", "The service-auth token's signature is invalid.")
     return issuer
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def verify_request(authorization: str | None, config, settings, sources) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
+from typing import Callable
 
 import gevent
 
@@ -39,10 +40,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _state(actor: str, feed: str):
+    return db.execute_sql(_q("SELECT completed, started_at FROM feed_backfills WHERE actor = ? AND feed = ?"),
+                          (actor, feed)).fetchone()
+
+
+def wants_claim(row, now: int) -> bool:
+    """Whether a read finding this feed_backfills row (or None) would claim a backfill now."""
+    if row is None:
+        return True
+    completed, started_at = row
+    return not completed and (started_at is None or now - started_at >= BACKFILL_STALE_MS)
+
+
 def claim(actor: str, feed: str, now: int) -> bool:
     """True when this caller now owns the backfill of (actor, feed) and must run it."""
-    row = db.execute_sql(_q("SELECT completed, started_at FROM feed_backfills WHERE actor = ? AND feed = ?"),
-                         (actor, feed)).fetchone()
+    row = _state(actor, feed)
     if row is None:
         cur = db.execute_sql(_q("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
                                 " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING"), (actor, feed, now))
@@ -59,9 +72,15 @@ def claim(actor: str, feed: str, now: int) -> bool:
     return cur.rowcount == 1
 
 
-def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str) -> gevent.Greenlet | None:
+def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
+                admit: Callable[[], None] | None = None) -> gevent.Greenlet | None:
+    """Claim and spawn the backfill of (actor, feed) if it is due. admit() runs first when a claim
+    is due (never for a done or in-flight backfill) and may raise to refuse it (the outbound budget)."""
     with db.atomic():
-        claimed = claim(actor, feed.name, now_ms())
+        now = now_ms()
+        if admit is not None and wants_claim(_state(actor, feed.name), now):
+            admit()
+        claimed = claim(actor, feed.name, now)
     if not claimed:
         return None
     greenlet = gevent.spawn(run, app, config, feed, actor)

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from feather.parsing import loads_limited
+
 MAX_CURSOR_CHARS = 4096
 
 
@@ -37,7 +39,7 @@ def decode(text: str | None, kind: str) -> Cursor | None:
         return None
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        body = json.loads(raw.decode("utf-8"))
+        body = loads_limited(raw.decode("utf-8"))  # a deep cursor is garbage, not a RecursionError
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(body, dict) or body.get("k") != kind:

@@ -14,6 +14,7 @@ from feather.db import current_dialect, db
 from feather.feeds import cursor as cursors
 from feather.feeds import records
 from feather.feeds.config import Collection, FeedsConfig, Queryable
+from feather.parsing import ascii_int
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 200
 
@@ -45,11 +46,10 @@ def feed_source(actor: str, target_nsid: str, c: Collection) -> Source:
 
 
 def parse_limit(raw: str | None) -> int:
-    try:
-        value = int(raw) if raw is not None else DEFAULT_LIMIT
-    except ValueError:
-        return DEFAULT_LIMIT
-    return max(1, min(MAX_LIMIT, value))
+    # Contrail's leniency: an unreadable limit means the default. Readable means ASCII digits only,
+    # so `limit=٣` is the default too, not 3.
+    value = ascii_int(raw, signed=True)
+    return DEFAULT_LIMIT if value is None else max(1, min(MAX_LIMIT, value))
 
 
 def _field_expr(q: Queryable) -> str:

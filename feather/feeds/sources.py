@@ -48,6 +48,17 @@ class AtprotoSources:
             return None
         return did if is_valid_did(did) else None
 
+    def would_fetch(self, identifier: str) -> bool:
+        """Whether resolving identifier (a handle, or a DID's document) would go to the network
+        now, i.e. is not in the resolver's cache; the caller pays the outbound budget for it."""
+        if is_valid_did(identifier):
+            key = ("d", identifier)
+        elif is_valid_at_identifier(identifier):
+            key = ("h", identifier.strip().lstrip("@").lower())
+        else:
+            return False  # refused without a lookup
+        return self._resolver().cache.get(key) is None
+
     def list_follows(self, did: str, collection: str, deadline: float):
         from feather.atproto.identity import IdentityError, http_client_from_settings
         from feather.atproto.pds import PdsClient, PdsError

@@ -11,7 +11,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
-from feather.feeds import backfill, hybrid, query, schema
+from feather.feeds import backfill, budget, hybrid, query, schema
 from feather.feeds.config import FeedsConfig
 from feather.feeds.sources import sources_for
 
@@ -24,7 +24,17 @@ def _config() -> FeedsConfig:
     return config
 
 
-def _resolve(identifier: str) -> str:
+def _charge_lookup(identifier: str) -> None:
+    """Spend from the outbound budget when resolving identifier would leave the process. Sources
+    that cannot say (test doubles, other deployments' own) are taken to answer locally."""
+    would_fetch = getattr(sources_for(current_app), "would_fetch", None)
+    if would_fetch is not None and would_fetch(identifier):
+        budget.spend(current_app, request.remote_addr)
+
+
+def _resolve(identifier: str, charged: bool = False) -> str:
+    if charged and not identifier.startswith("did:"):  # a DID actor is used as is, never fetched
+        _charge_lookup(identifier)
     did = sources_for(current_app).resolve_actor(identifier)
     if not did or not is_valid_did(did):
         raise ApiError(400, "InvalidRequest", "Could not resolve actor")
@@ -45,11 +55,12 @@ def get_feed():
         from feather.feeds.auth import verify_request
 
         issuer = verify_request(request.headers.get("Authorization"), config, settings,
-                                sources_for(current_app))
-    did = _resolve(actor)
+                                _ChargedKeys(sources_for(current_app)))
+    did = _resolve(actor, charged=True)
     if issuer is not None and issuer != did:
         raise ApiError(403, "Forbidden", "feed actor must match the service-auth issuer")
-    backfill.maybe_start(current_app._get_current_object(), config, feed, did)
+    app = current_app._get_current_object()
+    backfill.maybe_start(app, config, feed, did, admit=lambda: budget.spend(app, request.remote_addr))
     wanted = request.args.get("collection")
     target = feed.targets[0]
     if wanted:
@@ -61,6 +72,18 @@ def get_feed():
     collection = config.collections[target.short]
     source = hybrid.feed_source(config, feed, target, did)
     return jsonify(query.run(config, collection, params, source))
+
+
+class _ChargedKeys:
+    """The sources as service auth sees them: the issuer is whatever DID the token claims, so
+    fetching its document (before the signature can be checked) is paid for like any lookup."""
+
+    def __init__(self, sources):
+        self.sources = sources
+
+    def signing_key(self, did: str):
+        _charge_lookup(did)
+        return self.sources.signing_key(did)
 
 
 def list_records(short: str):

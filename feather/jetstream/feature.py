@@ -118,7 +118,11 @@ def dev_event():
 @click.option("--record", help="The record as JSON.")
 @with_appcontext
 def dev_event_command(did, collection, op, rkey, subject, record):
-    """Run one hand-made event through the same dispatch path as the stream."""
+    """Run one hand-made event through the same dispatch path as the stream (development only)."""
+    if not current_app.config["FEATHER"].is_development:
+        # Same rule as POST /admin/dev/jetstream-event: a hand-made event in production would
+        # write follows and records nobody made.
+        raise click.UsageError("dev-event is a development tool: it runs only with FEATHERREADER_ENV=development")
     if op in ("create", "update", "delete") and not collection:
         raise click.UsageError("--collection is required for create, update and delete")
     try:

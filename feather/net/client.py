@@ -7,7 +7,6 @@ against the host name and a Host header carrying it, so no second DNS lookup eve
 from __future__ import annotations
 
 import contextlib
-import json as _json
 import logging
 import time
 from typing import Any, Iterator
@@ -40,6 +39,7 @@ from feather.net.policy import (
     resolve_destination,
     system_resolver,
 )
+from feather.parsing import ascii_int, loads_limited
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,9 @@ class FetchResponse:
             return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return _json.loads(self.content)
+        # Depth-limited: callers catch ValueError, and a hostile server's `[[[…` would otherwise
+        # surface as a RecursionError.
+        return loads_limited(self.content)
 
     def __repr__(self) -> str:
         return f"<FetchResponse {self.status_code} {self.url}>"
@@ -186,6 +188,13 @@ class GuardedClient:
                 method, body = "GET", None
                 out_headers = {k: v for k, v in out_headers.items() if k.lower() not in _BODY_HEADERS}
             if _origin(next_url) != _origin(url):
+                if body is not None:
+                    # A 307/308 resends the body as is, and a body can be a credential (the app
+                    # password of createSession); it stays with the origin it was meant for.
+                    raise BlockedDestination(
+                        f"{url} redirected a request body to another origin ({next_url}); not resending it.",
+                        url=next_url,
+                    )
                 out_headers = {
                     k: v for k, v in out_headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS
                 }
@@ -259,9 +268,13 @@ class GuardedClient:
         too_large = BodyTooLarge(
             f"The response from {url} is larger than {cap} bytes.", limit=cap, url=url
         )
-        declared = resp.headers.get("content-length", "")
+        raw_length = resp.headers.get("content-length")
+        declared = ascii_int(raw_length.strip()) if raw_length is not None else None
+        if raw_length is not None and declared is None and "," not in raw_length:
+            # Callers catch NetError: a `Content-Length: ²` must not escape as a bare ValueError.
+            raise FetchFailed(f"{url} sent a malformed Content-Length {raw_length!r}.", url=url)
         encoding = resp.headers.get("content-encoding", "identity").strip().lower()
-        if declared.isdigit() and encoding in ("", "identity") and int(declared) > cap:
+        if declared is not None and encoding in ("", "identity") and declared > cap:
             raise too_large
         buf = bytearray()
         with _translated(url):

@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
 from feather.net.errors import BlockedDestination, FetchFailed
+from feather.parsing import ascii_int
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
@@ -129,14 +130,17 @@ def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
         return None
     nums = []
     for p in parts:
+        # Only the ASCII spellings inet_aton knows; `int()` would take "²" or "٣" (or raise).
         if p.startswith("0x"):
+            if not re.fullmatch(r"0x[0-9a-f]*", p):
+                return None
             nums.append(int(p[2:] or "0", 16))
         elif len(p) > 1 and p.startswith("0"):
             if not re.fullmatch(r"[0-7]+", p):
                 return None
             nums.append(int(p, 8))
-        elif p.isdigit():
-            nums.append(int(p))
+        elif ascii_int(p) is not None:
+            nums.append(ascii_int(p))
         else:
             return None
     *head, last = nums

@@ -1,0 +1,111 @@
+"""Issue 14, point 4: anonymous getFeed cannot make the instance do unbounded outbound work.
+
+These run the production sources (feather.feeds.sources.AtprotoSources) over an identity resolver
+whose HTTP client and DNS only record what they were asked: every recorded call is one outbound
+lookup a stranger made this instance perform."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from feather.atproto.identity import IdentityResolver
+from feather.feeds.budget import OVER_BUDGET, OutboundBudget
+from tests.fixtures.feeds.feedkit import feeds_app, join_backfills, rows, toml
+from tests.test_feeds_auth import LXM, P256, SERVICE, mint
+from tests.test_identity import FakeDns, FakeHttp
+
+GET_FEED = "/xrpc/com.example.getFeed"
+PLC = "https://plc.test.invalid"
+
+
+def wire(app):
+    http, dns = FakeHttp({}), FakeDns()
+    app.extensions["identity_resolver"] = IdentityResolver(http, plc_url=PLC, handle_resolver="", txt_lookup=dns)
+    return http, dns
+
+
+@pytest.fixture
+def app(make_app, tmp_path):
+    app = feeds_app(make_app, tmp_path, toml())
+    yield app
+    join_backfills(app)
+
+
+def read(app, actor, client="198.51.100.7", token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return app.test_client().get(f"{GET_FEED}?feed=timeline&actor={actor}", headers=headers,
+                                 environ_base={"REMOTE_ADDR": client})
+
+
+@pytest.mark.parametrize("spray, fetched", [
+    ("did:plc:spray{}", PLC + "/did:plc:spray{}"),
+    ("did:web:spray{}.attacker.example", "https://spray{}.attacker.example/.well-known/did.json"),
+])
+def test_a_spray_of_new_actors_starts_at_most_the_client_budget_of_backfills(app, spray, fetched):
+    http, _ = wire(app)
+    statuses = [read(app, spray.format(i)).status_code for i in range(50)]
+    join_backfills(app)
+    assert statuses == [200] * 10 + [429] * 40
+    assert read(app, spray.format(50)).json == {"error": "RateLimitExceeded", "message": OVER_BUDGET}
+    assert rows(app, "SELECT count(*) FROM feed_backfills") == [(10,)]
+    assert sorted(http.calls) == sorted(fetched.format(i) for i in range(10))
+
+
+def test_the_budget_is_per_client_and_global(app):
+    http, _ = wire(app)
+    app.extensions["feeds_outbound_budget"] = OutboundBudget(global_burst=15, global_per_minute=0.001,
+                                                             client_burst=10, client_per_minute=0.001)
+    first = [read(app, f"did:plc:a{i}", client="198.51.100.1").status_code for i in range(11)]
+    second = [read(app, f"did:plc:b{i}", client="198.51.100.2").status_code for i in range(6)]
+    assert (first, second) == ([200] * 10 + [429], [200] * 5 + [429])  # the second ran into the global cap
+    join_backfills(app)
+    assert len(http.calls) == 15
+
+
+def test_reading_the_same_actor_again_costs_nothing(app):
+    wire(app)
+    app.extensions["feeds_outbound_budget"] = OutboundBudget(client_burst=3, client_per_minute=0.001)
+    statuses = []
+    for _ in range(20):
+        statuses.append(read(app, "did:plc:reader").status_code)
+        join_backfills(app)  # the failed attempt is recorded; at most BACKFILL_MAX_RETRIES re-claims
+    assert statuses == [200] * 20
+    assert rows(app, "SELECT retries FROM feed_backfills") == [(3,)]
+
+
+def test_a_spray_of_handles_resolves_at_most_the_client_budget(app):
+    http, dns = wire(app)
+    statuses = [read(app, f"spray{i}.attacker.net").status_code for i in range(30)]
+    assert statuses == [400] * 10 + [429] * 20  # unresolvable (400) while the budget lasts
+    assert dns.calls == [f"_atproto.spray{i}.attacker.net" for i in range(10)]
+    assert http.calls == [f"https://spray{i}.attacker.net/.well-known/atproto-did" for i in range(10)]
+
+
+def test_service_auth_issuers_are_looked_up_within_the_budget(make_app, tmp_path):
+    app = feeds_app(make_app, tmp_path, toml(), FEED_SERVICE_AUTH=True, FEATHERREADER_FEED_SERVICE_DID=SERVICE)
+    http, _ = wire(app)
+    now = int(time.time())
+    statuses = []
+    for i in range(15):
+        issuer = f"did:web:issuer{i}.attacker.example"
+        token = mint(P256, iss=issuer, aud=SERVICE, lxm=LXM, iat=now, exp=now + 60)
+        statuses.append(read(app, issuer, token=token).status_code)
+    assert statuses == [401] * 10 + [429] * 5  # the key cannot be fetched (401) while the budget lasts
+    assert http.calls == [f"https://issuer{i}.attacker.example/.well-known/did.json" for i in range(10)]
+
+
+def test_buckets_refill_with_time():
+    now = [0.0]
+    budget = OutboundBudget(global_burst=100, global_per_minute=6000, client_burst=2, client_per_minute=60,
+                            clock=lambda: now[0])
+    assert [budget.take("a") for _ in range(3)] == [True, True, False]
+    now[0] += 1.0  # one token a second for a client
+    assert [budget.take("a"), budget.take("a"), budget.take("b")] == [True, False, True]
+
+
+def test_an_empty_client_bucket_spends_nothing_from_the_global_one():
+    budget = OutboundBudget(global_burst=3, global_per_minute=0.001, client_burst=1, client_per_minute=0.001,
+                            clock=lambda: 0.0)
+    assert [budget.take("a"), budget.take("a"), budget.take("a"), budget.take("b"), budget.take("c"),
+            budget.take("d")] == [True, False, False, True, True, False]

@@ -1,0 +1,100 @@
+"""Issue 14, sign-in: `next` is a same-site path as the browser reads it, and an OAuth callback is
+accepted only in the browser that started the sign-in."""
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from feather.auth.views import safe_next
+from tests.test_auth_oauth_fake import ALICE, fake, start  # noqa: F401 - fake is a fixture
+
+EVIL = ["/\t/evil.example", "/\r/x", "/\n/evil.example", "/\r\n/evil.example", "/\x00/evil.example",
+        "/\x7f/evil.example", "/\x85/evil.example", "/\\evil.example", "/x\\..\\..\\/evil.example",
+        "//evil.example", "///evil.example", "https://evil.example/", "javascript:alert(1)", "\t/evil.example",
+        " /evil.example", "evil.example", ""]
+
+
+@pytest.mark.parametrize("value", EVIL)
+def test_next_refuses_anything_a_browser_could_read_as_another_site(app, value):
+    with app.test_request_context():
+        assert safe_next(value) == "/"
+
+
+@pytest.mark.parametrize("value", ["/", "/about", "/sync?apps=a,b#top", "/u/alice.test/social-graph-sync",
+                                   "/%09/still-a-path", "/caf%C3%A9", "/café"])
+def test_next_keeps_same_site_paths(app, value):
+    with app.test_request_context():
+        assert safe_next(value) == value
+
+
+def _csrf(client) -> str:
+    return client.get("/api/session").json["csrfToken"]
+
+
+@pytest.mark.parametrize("value", ["/\t/evil.example", "/\r/x", "/\\evil.example"])
+def test_password_sign_in_never_redirects_off_site_or_fails(make_app, value):
+    app = make_app(FEATHERREADER_ALLOW_APP_PASSWORDS=True)
+    # The sign-in itself is not under test here (no PDS): only where the browser is sent after it.
+    app.extensions["auth"].sign_in_password = lambda identifier, password: ALICE
+    client = app.test_client()
+    r = client.post("/login/password", data={"identifier": "alice.test", "password": "abcd-efgh-ijkl-mnop",
+                                              "next": value, "csrf_token": _csrf(client)})
+    assert (r.status_code, r.headers["Location"]) == (303, "/")
+
+
+def start_with_next(fake, client, next_value: str) -> dict:
+    r = client.post("/login", data={"identifier": "alice.test", "csrf_token": _csrf(client), "next": next_value})
+    assert r.status_code == 303, r.data
+    request_uri = parse_qs(urlsplit(r.headers["Location"]).query)["request_uri"][0]
+    return {"code": request_uri, "state": fake.challenges[request_uri][1], "iss": fake.issuer}
+
+
+@pytest.mark.parametrize("value", ["/\t/evil.example", "/\r/x", "/\\evil.example"])
+def test_oauth_sign_in_never_redirects_off_site_or_fails(fake, value):  # noqa: F811
+    callback = start_with_next(fake, fake.client, value)
+    r = fake.client.get("/oauth/callback", query_string=callback)
+    assert (r.status_code, r.headers["Location"]) == (303, "/")
+
+
+def test_consent_keeps_next_on_this_site(fake):  # noqa: F811
+    fake.client.get("/oauth/callback", query_string=start(fake)[1])  # signed in as alice
+    page = fake.client.get("/oauth/consent", query_string={"next": "/\t/evil.example", "scope": "atproto"})
+    assert page.status_code == 200
+    assert 'name="next" value="/"' in page.data.decode()
+    seen = {}
+
+    def start_oauth(identifier, **kwargs):  # records what the form hands on; the AS is not under test
+        seen.update(kwargs)
+        return "https://as.example/authorize", "state-1"
+
+    fake.app.extensions["auth"].start_oauth = start_oauth
+    r = fake.client.post("/oauth/consent", data={"next": "/\t/evil.example", "csrf_token": _csrf(fake.client)})
+    assert r.status_code == 303 and seen["next_url"] == "/"
+
+
+def test_an_oauth_callback_opened_in_another_browser_is_refused(fake):  # noqa: F811
+    _, callback = start(fake)  # the attacker starts a sign-in to their own account...
+    victim = fake.app.test_client()  # ...and sends the callback URL to someone else
+    r = victim.get("/oauth/callback", query_string=callback)
+    assert r.status_code == 400
+    assert b"This sign-in was not started in this browser, or was already used." in r.data
+    assert victim.get("/api/session").json["signedIn"] is False
+    assert fake.srv.calls("POST /oauth/token") == []  # refused before the code was spent
+    r = fake.client.get("/oauth/callback", query_string=callback)  # the browser that started it still can
+    assert (r.status_code, r.headers["Location"]) == (303, "/about")
+
+
+def test_an_oauth_callback_without_any_state_is_refused(fake):  # noqa: F811
+    _, callback = start(fake)
+    r = fake.client.get("/oauth/callback", query_string={k: v for k, v in callback.items() if k != "state"})
+    assert r.status_code == 400 and fake.srv.calls("POST /oauth/token") == []
+
+
+def test_demo_sign_in_keeps_next_on_this_site(make_app):
+    app = make_app(FEATHERREADER_ENV="development", FEATHERREADER_EXTRA_FEATURES=["demo.feature"])
+    client = app.test_client()
+    r = client.get("/demo/sign-in", query_string={"as": "ada", "next": "/\t/evil.example"})
+    assert (r.status_code, r.headers["Location"]) == (303, "/")
+    r = client.get("/demo/sign-in", query_string={"as": "ada", "next": "/network"})
+    assert (r.status_code, r.headers["Location"]) == (303, "/network")

@@ -1,0 +1,149 @@
+"""Issue 14 on the web edge: proxies and rate limits, production's refusals and HSTS, caching of
+personalised pages, the dev CLI outside development, and the SQLite file's mode."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from feather.config import ConfigError, load_settings
+from tests.test_auth_oauth_fake import keys_env
+
+ALICE = "did:plc:alice000000000000000000"
+PROD = {"FEATHERREADER_ENV": "production", "SECRET_KEY": "x" * 32}
+
+
+def _csrf(client) -> str:
+    return client.get("/api/session").json["csrfToken"]
+
+
+def _login_statuses(client, forwarded_for: list[str], remote="10.0.0.1") -> list[int]:
+    token = _csrf(client)
+    return [client.post("/login", data={"identifier": "", "csrf_token": token}, headers={"X-Forwarded-For": xff},
+                        environ_base={"REMOTE_ADDR": remote}).status_code for xff in forwarded_for]
+
+
+def test_without_trusted_proxies_a_forwarded_header_cannot_choose_the_rate_limit_bucket(make_app):
+    client = make_app(FEATHERREADER_LOGIN_RATE_LIMIT=1).test_client()
+    assert _login_statuses(client, ["198.51.100.1", "198.51.100.2", "198.51.100.3"]) == [400, 429, 429]
+
+
+def test_behind_one_trusted_proxy_each_client_address_has_its_own_bucket(make_app):
+    client = make_app(FEATHERREADER_LOGIN_RATE_LIMIT=1, FEATHERREADER_TRUSTED_PROXIES=1).test_client()
+    # Every request arrives from the proxy (10.0.0.1); it appends the client's address to the header.
+    assert _login_statuses(client, ["198.51.100.1", "198.51.100.2"]) == [400, 400]
+    assert _login_statuses(client, ["198.51.100.1"]) == [429]
+    # A client that sends its own header only adds a hop the proxy does not vouch for.
+    assert _login_statuses(client, ["203.0.113.7, 198.51.100.1"]) == [429]
+
+
+def test_behind_a_trusted_proxy_the_opt_out_limit_is_per_client_too(make_app):
+    client = make_app(FEATHERREADER_LOGIN_RATE_LIMIT=1, FEATHERREADER_TRUSTED_PROXIES=1,
+                      FEATHERREADER_NETWORK_PAGE=True).test_client()
+    token = _csrf(client)
+
+    def opt_out(xff):
+        return client.post("/network/opt-out", data={"handle": "", "csrf_token": token},
+                           headers={"X-Forwarded-For": xff}).status_code
+
+    assert [opt_out("198.51.100.1"), opt_out("198.51.100.1"), opt_out("198.51.100.2")] == [400, 429, 400]
+
+
+def test_production_refuses_private_network_access_without_the_loud_override():
+    with pytest.raises(ConfigError) as exc:
+        load_settings(env={**PROD, "FEATHERREADER_ALLOW_PRIVATE_NETWORK": "1"})
+    assert exc.value.name == "FEATHERREADER_ALLOW_PRIVATE_NETWORK"
+    assert "FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION=1" in str(exc.value)
+    settings = load_settings(env={**PROD, "FEATHERREADER_ALLOW_PRIVATE_NETWORK": "1",
+                                  "FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION": "1"})
+    assert settings.featherreader_allow_private_network is True
+    assert load_settings(env={"FEATHERREADER_ENV": "development",
+                              "FEATHERREADER_ALLOW_PRIVATE_NETWORK": "1"}).featherreader_allow_private_network
+
+
+def test_production_sends_hsts_and_other_environments_do_not(make_app):
+    prod = make_app(**PROD, FEATHERREADER_ALLOW_PRIVATE_NETWORK=False,
+                    FEATHERREADER_PUBLIC_URL="https://feather.example.com",
+                    FEATHERREADER_OAUTH_CLIENT_KEYS=keys_env("k1")).test_client()
+    assert prod.get("/about").headers["Strict-Transport-Security"] == "max-age=31536000"
+    assert prod.get("/api/session").headers["Strict-Transport-Security"] == "max-age=31536000"
+    assert "Strict-Transport-Security" not in make_app().test_client().get("/about").headers
+
+
+@pytest.fixture
+def signed_in(make_app):
+    app = make_app(FEATHERREADER_NETWORK_PAGE=True, FEATHERREADER_ALLOW_APP_PASSWORDS=True)
+    app.extensions["auth"].sign_in_password = lambda identifier, password: ALICE  # no PDS here
+    client = app.test_client()
+    r = client.post("/login/password", data={"identifier": "alice.test", "password": "abcd-efgh-ijkl-mnop",
+                                              "csrf_token": _csrf(client)})
+    assert r.status_code == 303
+    return app, client
+
+
+@pytest.mark.parametrize("path", ["/network", "/api/network/count?url=https://example.com/feed.xml"])
+def test_personalised_network_responses_are_never_publicly_cacheable(signed_in, path):
+    app, client = signed_in
+    r = client.get(path)
+    assert r.status_code == 200
+    assert r.headers["Cache-Control"] == "private, no-store"
+    anonymous = app.test_client().get(path)
+    assert anonymous.headers["Cache-Control"] == "public, max-age=300"
+    assert anonymous.headers["Vary"] == "Cookie" and "Set-Cookie" not in anonymous.headers
+
+
+def test_the_signed_in_catalogue_page_shows_the_account_so_it_must_stay_private(signed_in):
+    _, client = signed_in
+    html = client.get("/network").get_data(as_text=True)
+    assert ALICE in html  # why it may not be shared: it names the viewer
+
+
+def test_a_page_carrying_a_flash_is_not_publicly_cacheable(make_app):
+    client = make_app(FEATHERREADER_NETWORK_PAGE=True).test_client()
+    r = client.post("/network/opt-out", data={"handle": "did:plc:nobody00000000000000000",
+                                              "csrf_token": _csrf(client)})
+    assert r.status_code == 303  # the "Done" message waits in the session for the next page
+    page = client.get("/network")
+    assert "is opted out" in page.get_data(as_text=True)
+    assert page.headers["Cache-Control"] == "private, no-store"
+
+
+def test_dev_event_cli_refuses_outside_development(make_app):
+    for env in ("test", "production"):
+        extra = {} if env == "test" else {**PROD, "FEATHERREADER_ALLOW_PRIVATE_NETWORK": False,
+                                           "FEATHERREADER_PUBLIC_URL": "https://feather.example.com",
+                                           "FEATHERREADER_OAUTH_CLIENT_KEYS": keys_env("k1")}
+        app = make_app(**({"FEATHERREADER_ENV": env} | extra))
+        result = app.test_cli_runner().invoke(args=["dev-event", "--did", "did:plc:bob", "--collection",
+                                                    "app.bsky.graph.follow", "--op", "create", "--rkey", "f1",
+                                                    "--subject", "did:plc:alice"])
+        assert result.exit_code == 2, result.output
+        assert "dev-event is a development tool" in result.output
+        assert '"frame"' not in result.output
+
+
+def test_the_sqlite_file_is_created_owner_only(tmp_path):
+    from feather.db import make_database
+
+    old = os.umask(0o022)  # the common default, which would give 0644
+    try:
+        database = make_database(f"sqlite:///{tmp_path / 'new.db'}")
+        database.connect()
+        database.execute_sql("CREATE TABLE t (x INTEGER)")
+        database.close()
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes["new.db"] == 0o600
+    assert all(mode == 0o600 for mode in modes.values()), modes  # -wal and -shm follow the file
+
+
+def test_an_existing_sqlite_file_keeps_its_mode(tmp_path):
+    from feather.db import make_database
+
+    path = tmp_path / "kept.db"
+    path.touch(mode=0o640)
+    path.chmod(0o640)
+    make_database(f"sqlite:///{path}")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
