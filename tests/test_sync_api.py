@@ -167,7 +167,7 @@ def test_activity_lists_the_newest_rows(world):
         ("paused", "paused by you", "You paused sync.")]
     assert set(r.json["activity"][0]) == {"at", "app", "kind", "subject", "points", "detail", "message"}
     assert [a["kind"] for a in client.get("/api/sync/activity").json["activity"]] == ["paused", "enabled"]
-    for bad in ("0", "201", "ten", "-1"):
+    for bad in ("0", "201", "ten", "-1", "%C2%B2", "%E2%91%A0", "%D9%A3"):  # ², ①, Arabic-Indic 3
         r = client.get(f"/api/sync/activity?limit={bad}")
         assert (r.status_code, r.json) == (400, {"error": "InvalidRequest",
                                                  "message": "limit must be a whole number from 1 to 200."})

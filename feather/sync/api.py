@@ -127,7 +127,9 @@ def get_preview():
 
 @bp.get("/activity")
 def get_activity():
-    raw = request.args.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= ACTIVITY_MAX:
+    from feather.parsing import ascii_int
+
+    limit = ascii_int(request.args.get("limit", "50"))  # "²".isdigit() is True, int("²") raises
+    if limit is None or not 1 <= limit <= ACTIVITY_MAX:
         raise ApiError(400, "InvalidRequest", f"limit must be a whole number from 1 to {ACTIVITY_MAX}.")
-    return jsonify({"activity": service.activity(g.sync_owner, int(raw))})
+    return jsonify({"activity": service.activity(g.sync_owner, limit)})
