@@ -87,12 +87,12 @@ def test_make_demo_shows_a_timeline_the_catalogue_and_sync(tmp_path):
 
         def sync_page():
             r = session.get(f"{base}/demo/sign-in", params={"as": "ada"}, timeout=5)
-            written = re.search(r"<dd>(\d+) written", r.text)
-            return r.text if r.status_code == 200 and "merged</dd>" in r.text and written and int(written[1]) > 0 \
+            written = re.search(r"So far: (\d+) writes? done", r.text)
+            return r.text if r.status_code == 200 and "follows listed" in r.text and written and int(written[1]) > 0 \
                 else None
 
         html = _wait_for("the sync page", sync_page, proc, log, deadline)
-        assert "On for <strong>bluesky</strong>, <strong>tangled</strong>, <strong>sifa</strong>" in html
+        assert "On for <strong>Bluesky</strong>, <strong>Tangled</strong> and <strong>Sifa</strong>." in html
         print(f"demo ready in {time.monotonic() - started:.1f} s")
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -138,7 +138,7 @@ def refresh_due(now: int, resolver=None, read_profile=None, limit: int = PER_RUN
 
     from gevent.pool import Pool
 
-    done = 0
+    done, failed = 0, []
     for did, failures, person, error in Pool(CONCURRENCY).imap_unordered(one, due):
         if person is not None:
             execute("UPDATE sync_people SET handle = ?, display_name = ?, fetched_at = ?, next_fetch_at = ?,"
@@ -149,5 +149,9 @@ def refresh_due(now: int, resolver=None, read_profile=None, limit: int = PER_RUN
             wait = min(RETRY_MAX_SECS, RETRY_BASE_SECS * 2 ** min(failures, 10))
             execute("UPDATE sync_people SET failures = failures + 1, next_fetch_at = ?, last_error = ? WHERE did = ?",
                     now + wait, error, did)
-            log.info("sync people: could not look up %s: %s", did, error)
+            failed.append(did)
+            log.debug("sync people: could not look up %s: %s", did, error)
+    if failed:  # one line per run: a stranger's dead PDS is routine, not an operator's problem
+        log.info("sync people: %d of %d look-ups failed (retried with backoff); first: %s", len(failed), len(due),
+                 failed[0])
     return done
