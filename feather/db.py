@@ -48,6 +48,8 @@ def make_database(url: str) -> peewee.Database:
             return peewee.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
         path = Path(url[len("sqlite:///"):])
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            _create_sqlite_file(path)
         return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
     parsed = urlparse(url)
     _install_gevent_wait_callback()
@@ -62,6 +64,24 @@ def make_database(url: str) -> peewee.Database:
         timeout=10,
         connect_timeout=5,
     )
+
+
+def _create_sqlite_file(path: Path) -> None:
+    """A new file starts with auto_vacuum=incremental, so a prune can give pages back to the file
+    system (dialect.reclaim). It can only be set before the file's header is written (WAL mode
+    writes it), hence once, here; as a per-connection pragma it would take a write lock at every
+    connect. An existing file keeps its mode until a one-off VACUUM (the watermark counts pages
+    in use either way)."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+    try:
+        conn.execute("PRAGMA auto_vacuum = incremental")
+        conn.execute("PRAGMA journal_mode = wal")
+    except sqlite3.OperationalError as exc:  # another process is creating it at the same moment
+        log.info("sqlite: %s was being created elsewhere (%s); keeping its settings", path, exc)
+    finally:
+        conn.close()
 
 
 def bind(url: str) -> peewee.Database:
