@@ -184,6 +184,10 @@ SETTINGS: tuple[Setting, ...] = (
             "k-anonymity floor: a feed with fewer distinct subscribers is never shown or counted anywhere."),
     Setting("FEATHERREADER_NETWORK_PAGE", _bool, "0",
             "Serve GET /network (linked only from /about) and the per-feed count API."),
+    Setting("FEATHERREADER_NET_STALE_CURSOR_SECS", _int(60), "82800",
+            "How far the catalogue's live stream may fall behind (seconds between its last applied event, or "
+            "the last rebuild, and now) before the gap is filled by a rebuild instead of a replay: outages, "
+            "disk-watermark pauses, a silent socket or downtime. An hour under Jetstream's 24 h retention."),
     Setting("FEATHERREADER_NET_REBUILD", _bool, "0",
             "One-shot: on boot, empty the catalogue and rebuild it from the relays and PDSes (logged loudly). "
             "Unset it after the restart."),

@@ -49,7 +49,8 @@ def make_database(url: str) -> peewee.Database:
             return peewee.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
         path = Path(url[len("sqlite:///"):])
         path.parent.mkdir(parents=True, exist_ok=True)
-        _create_private(path)
+        if _create_private(path):
+            _create_sqlite_file(path)
         return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
     parsed = urlparse(url)
     _install_gevent_wait_callback()
@@ -66,14 +67,34 @@ def make_database(url: str) -> peewee.Database:
     )
 
 
-def _create_private(path: Path) -> None:
+def _create_private(path: Path) -> bool:
     """Create the SQLite file owner-only (0600) before SQLite does it with the umask (often 0644):
     it holds sealed tokens and every account's data. SQLite gives its -wal and -shm files the
-    database file's mode, so they follow. An existing file's mode is the operator's choice."""
+    database file's mode, so they follow. An existing file's mode is the operator's choice.
+    True when this call created the (empty) file."""
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
-        pass
+        return False
+    return True
+
+
+def _create_sqlite_file(path: Path) -> None:
+    """A new file starts with auto_vacuum=incremental, so a prune can give pages back to the file
+    system (dialect.reclaim). It can only be set before the file's header is written (WAL mode
+    writes it), hence once, here; as a per-connection pragma it would take a write lock at every
+    connect. An existing file keeps its mode until a one-off VACUUM (the watermark counts pages
+    in use either way)."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+    try:
+        conn.execute("PRAGMA auto_vacuum = incremental")
+        conn.execute("PRAGMA journal_mode = wal")
+    except sqlite3.OperationalError as exc:  # another process is creating it at the same moment
+        log.info("sqlite: %s was being created elsewhere (%s); keeping its settings", path, exc)
+    finally:
+        conn.close()
 
 
 def bind(url: str) -> peewee.Database:

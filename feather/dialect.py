@@ -2,8 +2,8 @@
 
 Both databases accept `INSERT … ON CONFLICT … DO NOTHING/UPDATE` and `excluded.col`, so
 upserts are written once; what remains here is DDL types, JSON extraction, scalar max,
-row claiming (FOR UPDATE SKIP LOCKED, advisory transaction locks), size probes and query-plan
-inspection.
+row claiming (FOR UPDATE SKIP LOCKED, advisory transaction locks), size probes, space
+reclamation and query-plan inspection.
 """
 from __future__ import annotations
 
@@ -88,11 +88,47 @@ class Dialect:
         transaction-level advisory lock); None on SQLite, where write transactions already are."""
         return None if self.is_sqlite else f"SELECT pg_advisory_xact_lock({int(key)})"
 
+    def xact_lock_pair_sql(self, space: int, key: int) -> str | None:
+        """Like xact_lock_sql, on a (32-bit space, 32-bit key) pair: PostgreSQL keeps these apart
+        from the single 64-bit keys (claims, migrations), so hashing many names into one space
+        can never wait on a session-level claim. None on SQLite."""
+        for n in (space, key):
+            if not -2**31 <= int(n) < 2**31:
+                raise ValueError(f"advisory lock key {n} does not fit in 32 bits")
+        return None if self.is_sqlite else f"SELECT pg_advisory_xact_lock({int(space)}, {int(key)})"
+
     # --- probes
     def size_bytes_sql(self) -> str:
+        """Bytes the database holds in live data: what the disk watermark compares.
+
+        SQLite: pages in use (the file's pages minus the freelist). Deleting rows moves pages to
+        the freelist without shrinking the file; new writes reuse them first, so pages in use is
+        what grows the file, and what a delete gives back. PostgreSQL: the database's size on
+        disk, which reclaim_sql() shrinks after a delete."""
         if self.is_sqlite:
-            return "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+            return ("SELECT (page_count - freelist_count) * page_size"
+                    " FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()")
         return "SELECT pg_database_size(current_database())"
+
+    def reclaim(self, database: peewee.Database, tables: tuple[str, ...] | list[str]) -> None:
+        """Give the space of deleted rows back (outside any transaction).
+
+        SQLite: an incremental vacuum returns free pages to the file system where the database
+        was created with auto_vacuum=incremental (db.make_database; a no-op otherwise, and the
+        size measure above already discounts free pages). It runs through executescript because
+        the sqlite3 module steps a row-less statement once, and each step frees one page.
+        PostgreSQL: a plain VACUUM only makes the space reusable inside the table, and
+        pg_database_size would never come back under the watermark, so the tables are rewritten
+        (VACUUM FULL holds an exclusive lock on each table while it is copied: seconds for the
+        catalogue's 200,000-row cap)."""
+        for table in tables:
+            if not table.replace("_", "").isalnum():
+                raise ValueError(f"unsafe table name: {table!r}")
+        if self.is_sqlite:
+            database.connection().executescript("PRAGMA incremental_vacuum;")
+            return
+        for table in tables:
+            database.execute_sql(f"VACUUM FULL {table}")
 
     def explain(self, database: peewee.Database, sql: str, params=()) -> list[str]:
         """The query plan as lines of text, for tests that forbid bare table scans."""

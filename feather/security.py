@@ -1,7 +1,7 @@
 """CSRF on every POST form, the response headers every page carries, and JSON bodies with a depth limit."""
 from __future__ import annotations
 
-from flask import request, session
+from flask import g, request, session
 from flask.json.provider import DefaultJSONProvider
 from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import BadRequest
@@ -39,7 +39,10 @@ def _no_public_cache_for_personal(response) -> None:
     anonymous copy from handing it to a signed-in visitor."""
     if "public" not in response.headers.get("Cache-Control", ""):
         return
-    if request.cookies or session.modified or session or response.headers.get("Set-Cookie"):
+    carries_session = session.modified or session or response.headers.get("Set-Cookie")
+    if g.get("same_for_everyone") and not carries_session:
+        return  # rendered with the session swapped for an empty one (network.views): alike for all
+    if request.cookies or carries_session:
         response.headers["Cache-Control"] = "private, no-store"
     else:
         response.vary.add("Cookie")

@@ -1,4 +1,5 @@
 """/network, the count API and the consent pages (spec §5.6, §7.2)."""
+import logging
 import re
 
 import pytest
@@ -105,14 +106,28 @@ def test_nobody_is_named_unless_they_opted_in(page_app):
         assert f"did:plc:s{i}" not in html
 
 
+def opt_out_and_read_the_answer(app, did):
+    client = app.test_client()
+    token = csrf(client, "/network/opt-out")
+    resp = client.post("/network/opt-out", data={"handle": did, "csrf_token": token})
+    assert (resp.status_code, resp.headers["Location"]) == (303, "/network/opt-out/done")
+    return client.get("/network/opt-out/done").data
+
+
+def test_the_opt_out_answer_is_the_same_for_every_input_and_the_log_names_nobody(page_app, caplog):
+    seed(page_app, {"https://gone.example/feed": 5})
+    with caplog.at_level(logging.INFO):  # production's level (DEBUG adds peewee's SQL trace)
+        indexed = opt_out_and_read_the_answer(page_app, "did:plc:s0")
+        never_seen = opt_out_and_read_the_answer(page_app, "did:plc:nobody")
+    assert indexed == never_seen and b"You are opted out" in indexed
+    assert "did:plc:s0" not in caplog.text and "did:plc:nobody" not in caplog.text
+    assert "network: an account opted out" in caplog.text
+
+
 def test_opt_out_is_a_plain_form_post_that_deletes_rows_and_redirects(page_app):
     seed(page_app, {"https://gone.example/feed": 5})
     client = page_app.test_client()
-    token = csrf(client, "/network/opt-out")
-    resp = client.post("/network/opt-out", data={"handle": "did:plc:s0", "csrf_token": token})
-    assert (resp.status_code, resp.headers["Location"]) == (303, "/network/opt-out/done")
-    done = client.get("/network/opt-out/done").get_data(as_text=True)
-    assert "1 indexed record(s) were deleted just now" in done
+    opt_out_and_read_the_answer(page_app, "did:plc:s0")
     with db.connection_context():
         assert db.execute_sql("SELECT count(*) FROM net_subscription WHERE did = 'did:plc:s0'").fetchone()[0] == 0
         assert db.execute_sql("SELECT did FROM net_optout").fetchall() == [("did:plc:s0",)]
@@ -189,3 +204,81 @@ def test_the_fallback_limiter_allows_the_limit_per_address_per_window():
     assert limiter.allow("5.6.7.8") is True
     now[0] = 301
     assert limiter.allow("1.2.3.4") is True
+
+
+def sign_in(app, client, did="did:plc:viewer"):
+    """A real signed-in browser: a session row and its cookie (permanent, so Flask would refresh it)."""
+    import hashlib
+    import time
+
+    sid = "test-session-id"
+    with db.connection_context():
+        db.execute_sql(store._q("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)"
+                                " ON CONFLICT (id_hash) DO NOTHING"),
+                       (hashlib.sha256(sid.encode()).hexdigest(), did, int(time.time()), int(time.time()) + 3600))
+    with client.session_transaction() as sess:
+        sess.permanent = True
+        sess["sid"] = sid
+        sess["_flashes"] = [("ok", f"Done. {did} is opted out: 4 records")]
+
+
+def test_the_page_and_the_count_are_the_same_bytes_for_a_signed_in_viewer_with_a_pending_flash(page_app):
+    seed(page_app, {"https://same.example/feed": 5})
+    with db.connection_context(), db.atomic():
+        store.set_attribution("did:plc:s2", "dana.example", True)
+    stranger, member = page_app.test_client(), page_app.test_client()
+    sign_in(page_app, member)
+    assert "Sign out" in member.get("/about").get_data(as_text=True)  # really signed in elsewhere
+    sign_in(page_app, member)  # /about consumed the flash: plant it again
+    for path in ("/network", "/api/network/count?url=https://same.example/feed"):
+        a, b = stranger.get(path), member.get(path)
+        assert (b.status_code, b.data, sorted(b.headers.items())) == (a.status_code, a.data, sorted(a.headers.items()))
+        assert b.headers["Cache-Control"] == "public, max-age=300"
+        assert "Set-Cookie" not in b.headers and "Vary" not in b.headers
+    assert b"did:plc:viewer" not in member.get("/network").data and b"csrf_token" not in member.get("/network").data
+    assert "Done. did:plc:viewer" in member.get("/about").get_data(as_text=True)  # the flash waited for its page
+
+
+def test_no_other_page_is_marked_public(page_app):
+    client = page_app.test_client()
+    sign_in(page_app, client)
+    paths = [r.rule for r in page_app.url_map.iter_rules()
+             if "GET" in r.methods and not r.arguments and not r.rule.startswith(("/static", "/admin", "/demo"))]
+    query = {"/api/network/count": "?url=https://example.com/feed"}
+    public = sorted(p for p in paths if "public" in (client.get(p + query.get(p, "")).headers.get("Cache-Control") or ""))
+    assert public == ["/api/network/count", "/network"]
+
+
+def test_a_name_is_shown_only_while_its_handle_is_freshly_verified(page_app, monkeypatch):
+    from feather.jetstream.events import IdentityEvent
+    from feather.network import names
+
+    seed(page_app, {"https://named.example/feed": 5})
+    with db.connection_context(), db.atomic():
+        store.set_attribution("did:plc:s3", "carol.example", True)
+    assert "including carol.example" in page_app.test_client().get("/network").get_data(as_text=True)
+    settings = page_app.config["FEATHER"].as_dict()
+    from feather.config import Settings
+
+    (sub,) = subscriptions(Settings({**settings, "FEATHERREADER_NETWORK_INDEX": True}))
+    with db.connection_context():  # carol's handle changes hands
+        jstore.apply_batch(sub, [IdentityEvent("did:plc:s3", T + 99, "carol.example", None)], None)
+    html = page_app.test_client().get("/network").get_data(as_text=True)
+    assert "including did:plc:s3" in html and "carol.example" not in html
+
+    class Resolver:
+        def __init__(self, handle):
+            self.handle, self.asked = handle, []
+
+        def resolve_identity(self, did):
+            self.asked.append(did)
+            return type("Identity", (), {"handle": self.handle})()
+
+    now = store.now_us()
+    with db.connection_context():
+        resolver = Resolver("carol.new.example")
+        assert names.refresh(resolver, now) == 1 and resolver.asked == ["did:plc:s3"]
+        assert names.refresh(Resolver("x"), now + 1) == 0  # checked: not again for a day
+    assert "including carol.new.example" in page_app.test_client().get("/network").get_data(as_text=True)
+    monkeypatch.setattr(store, "now_us", lambda: now + names.FRESH_US + 1)  # checks failed for two days
+    assert "including did:plc:s3" in page_app.test_client().get("/network").get_data(as_text=True)

@@ -47,3 +47,31 @@ def test_indexable_drops_private_and_unstorable_urls_and_canonicalises_the_rest(
 def test_canonicalising_never_turns_a_private_url_public():
     # the tracking parameter goes, the secret does not
     assert privacy.indexable("https://example.com/feed?utm_source=x&key=abcdefgh12") is None
+
+
+CREDENTIAL_KEYS = ("token key auth secret k sig hash access apikey api_key uuid id u s p private password pw").split()
+
+
+@pytest.mark.parametrize("key", CREDENTIAL_KEYS)
+def test_every_credential_query_key_makes_a_url_private_with_a_long_or_uuid_value(key):
+    base = "https://blog.example/feed.xml?"
+    assert privacy.classify(f"{base}{key}=abcdefgh") == "private"  # 8 characters
+    assert privacy.classify(f"{base}{key.upper()}=abcdefgh") == "private"  # case-insensitive key
+    assert privacy.classify(f"{base}{key}=123e4567-e89b-12d3-a456-426614174000") == "private"
+    assert privacy.classify(f"{base}{key}=abcdefg") == "public"  # 7 characters: not a secret's shape
+    assert privacy.indexable(f"{base}{key}=abcdefgh") is None
+
+
+@pytest.mark.parametrize("key", ["tokens", "my_key", "xtoken", "passwords"])
+def test_a_credential_key_matches_the_whole_parameter_name_only(key):
+    assert privacy.classify(f"https://blog.example/feed.xml?{key}=abcdefgh") == "public"
+
+
+@pytest.mark.parametrize("url", [
+    "https://user:pw@blog.example/feed.xml",
+    "https://user@blog.example/feed.xml",
+    "https://:secret@blog.example/feed.xml",
+    "HTTP://User:Pass@Blog.Example/",
+])
+def test_a_url_with_userinfo_is_never_indexed(url):
+    assert privacy.classify(url) == "private" and privacy.indexable(url) is None

@@ -134,14 +134,34 @@ def test_a_private_relay_address_is_refused_by_the_guard_outside_development(mak
     assert relay.relay_calls() == []
 
 
-def test_the_probe_job_runs_every_interval_with_ten_percent_jitter_and_zero_disables_it(make_app):
+def test_the_first_run_after_boot_is_jittered_and_zero_disables_the_probe(make_app):
     from feather import network
 
+    assert adoption.first_run_delay(86400, rand=lambda: 0.0) == 60.0
+    assert adoption.first_run_delay(86400, rand=lambda: 1.0) == 60.0 + 8640.0  # up to 10 % of the interval
     app = make_app(FEATHERREADER_ADOPTION_INTERVAL_SECS=86400)
     job = next(j for j in network.jobs(app.config["FEATHER"]) if j.id == "network-adoption")
-    assert (job.seconds, job.jitter) == (86400 * 0.9, 86400 * 0.2)  # uniform over [0.9, 1.1] x interval
+    assert job.seconds == 600.0 and 60.0 <= job.first_run_delay <= 8700.0
     app = make_app(FEATHERREADER_ADOPTION_INTERVAL_SECS=0)
     assert [j.id for j in network.jobs(app.config["FEATHER"])] == []
+
+
+def test_the_probe_runs_once_per_interval_across_restarts_failed_runs_included(make_app, relay, http):
+    relay.repos = dids(3)
+    settings = make_app(FEATHERREADER_ADOPTION_INTERVAL_SECS=1000, FEATHERREADER_RELAY_HOSTS=relay.url).config["FEATHER"]
+
+    def run(now, rand=lambda: 0.5):
+        with db.connection_context():
+            return adoption.run_if_due(settings, http=http, now=now, rand=rand, sleep=lambda s: None)
+
+    assert run(5000.0, rand=lambda: 1.0) is True  # never run: due at once; next in 1.1 x 1000 s
+    assert [r[2] for r in stat_rows()] == [3]
+    # A restart builds a new job; the last run is in the database, so nothing runs early.
+    assert [run(t) for t in (5001.0, 6000.0, 6099.0)] == [False, False, False]
+    relay.page_replies[2] = (500, {}, {"error": "InternalServerError"})
+    assert run(6100.0, rand=lambda: 0.0) is True  # due at 5000 + 1100; it fails, and still counts
+    assert run(6100.0 + 899.0) is False and run(6100.0 + 900.0) is True  # 0.9 x 1000 after the failed run
+    assert len(relay.relay_calls()) == 3
 
 
 def _observe(source, value, truncated, when="2026-03-04T05:06:07Z"):

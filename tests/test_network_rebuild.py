@@ -25,9 +25,7 @@ def fake():
 
 
 @pytest.fixture
-def setup(make_app, fake, monkeypatch):
-    monkeypatch.setattr(jobs, "_boot_rebuild_done", False)
-
+def setup(make_app, fake):
     def build(relays=None, timeout=30.0, **settings):
         app = make_app(FEATHERREADER_NETWORK_INDEX=True, **settings)
         http = GuardedClient(allow_private_network=True, read_timeout=5, total_timeout=10)
@@ -42,6 +40,15 @@ def setup(make_app, fake, monkeypatch):
 def tick(app, kit):
     with app.app_context(), db.connection_context():
         jobs.rebuild_tick(app.config["FEATHER"], kit)
+
+
+def maintenance(app):
+    class NoLookups:
+        def resolve_identity(self, did):
+            raise AssertionError("no attribution to check")
+
+    with app.app_context(), db.connection_context():
+        jobs.maintenance_tick(app.config["FEATHER"], resolver=NoLookups())
 
 
 def rows():
@@ -139,44 +146,87 @@ def test_a_delete_seen_live_during_the_rebuild_is_not_resurrected(setup, fake):
     assert rows() == [("did:plc:alice", "moved", "https://new.example/feed")]
 
 
-def test_net_rebuild_empties_the_catalogue_loudly_and_rebuilds_it(setup, fake, caplog):
-    app, kit = setup(FEATHERREADER_NET_REBUILD=True)
+def test_net_rebuild_empties_the_catalogue_before_the_stream_starts_and_resets_last_updated(setup, fake, caplog):
+    app, kit = setup()
     accounts(fake, 2)
-    with app.app_context(), db.connection_context(), db.atomic():
+    with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "done")
         store.upsert("did:plc:stale", "x", "https://stale.example/feed", None, 1, max_per_did=5, touched=set())
+        store.set_state("rollup.updated_at", "1000")  # "Last updated" from before the wipe
+        jstore.save_cursor("network", jstore.Cursor(2000))
+    settings = app.config["FEATHER"]
+    settings.featherreader_net_rebuild = True
+    before = store.now_us()
     with caplog.at_level(logging.WARNING):
-        tick(app, kit)
+        subscriptions(settings)  # boot: the moment before the engine loads the cursor and connects
     assert "EMPTYING the network catalogue" in caplog.text
+    assert rows() == [] and int(state("rollup.updated_at")) >= before
+    with db.connection_context():
+        seeded = jstore.load_cursor("network").time_us  # the old cursor is gone: the stream starts now
+    assert seeded >= before and int(state("backfill.cursor_us")) >= seeded  # T0 after it: no gap between
+    assert state("backfill.status") == "running" and fake.requests == []
+    tick(app, kit)
     assert [d for d, *_ in rows()] == ["did:plc:acct000", "did:plc:acct001"]
     calls = len(fake.requests)
-    tick(app, kit)  # once per process, not at every tick
+    tick(app, kit)  # done: the ticks after it do nothing
     assert len(fake.requests) == calls
 
 
-def test_a_boot_after_longer_than_the_replay_window_falls_back_to_a_rebuild(setup, fake):
+STALE_US = 82800 * 1_000_000
+
+
+def test_a_boot_after_longer_than_the_stale_setting_falls_back_to_a_rebuild(setup, fake):
     app, kit = setup()
     accounts(fake, 1)
-    old = store.now_us() - rebuild.REPLAY_WINDOW_US - 3_600_000_000
+    old = store.now_us() - STALE_US - 3_600_000_000
     with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "done")
+        store.set_state("backfill.cursor_us", str(old - 1))
         jstore.save_cursor("network", jstore.Cursor(old))
-        store.set_state("live.heartbeat_us", str(old))
     subscriptions(app.config["FEATHER"])  # the moment before the stream connects
+    assert int(state("live.gap")) == old
     tick(app, kit)
     assert len(rows()) == 1 and state("live.gap") is None
 
 
-def test_a_quiet_stream_with_a_recent_heartbeat_is_not_a_gap(setup, fake):
-    app, kit = setup()
+def test_a_stream_that_stops_applying_while_the_process_runs_is_a_gap_at_the_setting(setup, fake, monkeypatch):
+    """Disconnected, paused by the watermark or connected and silent: all the same, its applied
+    position stops. The process being up (it used to write a clock heartbeat) proves nothing."""
+    app, kit = setup(FEATHERREADER_NET_STALE_CURSOR_SECS=3600)
     accounts(fake, 1)
+    applied = store.now_us()
     with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "done")
-        jstore.save_cursor("network", jstore.Cursor(store.now_us() - 3 * rebuild.REPLAY_WINDOW_US))
-        store.set_state("live.heartbeat_us", str(store.now_us() - 60_000_000))
-    subscriptions(app.config["FEATHER"])
+        store.set_state("backfill.cursor_us", str(applied - 10 * 3_600_000_000))
+        jstore.save_cursor("network", jstore.Cursor(applied))
+    for minutes in range(0, 60, 10):  # the process keeps ticking; the stream applies nothing
+        monkeypatch.setattr(store, "now_us", lambda m=minutes: applied + m * 60_000_000)
+        maintenance(app)
+    assert state("live.gap") is None  # 50 minutes behind: a replay still covers it
+    monkeypatch.setattr(store, "now_us", lambda: applied + 61 * 60_000_000)
+    maintenance(app)
+    assert int(state("live.gap")) == applied
+    monkeypatch.undo()
     tick(app, kit)
-    assert rows() == [] and fake.requests == []
+    assert len(rows()) == 1 and state("live.gap") is None
+    maintenance(app)  # the rebuild's T0 covers the stream's gap: no rebuild after rebuild
+    assert state("live.gap") is None
+
+
+def test_the_stream_reports_a_gap_when_it_reconnects_past_the_setting(setup):
+    from feather.jetstream.consumer import Stream
+
+    app, _ = setup(FEATHERREADER_NET_STALE_CURSOR_SECS=3600)
+    (sub,) = subscriptions(app.config["FEATHER"])
+    assert sub.max_lookback_us == 3600 * 1_000_000
+    old = store.now_us() - 2 * 3_600_000_000
+    with db.connection_context(), db.atomic():
+        store.set_state("backfill.status", "done")
+        db.execute_sql(store._q("UPDATE jetstream_cursor SET time_us = ? WHERE name = 'network'"), (old,))
+    stream = Stream(sub, ["ws://127.0.0.1:9/subscribe"], app=app, allow_private=True)
+    stream.cursor = jstore.Cursor(old)  # e.g. after a day-long outage or watermark pause
+    assert stream._connect_cursor() > old  # the engine's lookback check, at reconnect
+    assert int(state("live.gap")) == old
 
 
 def test_failing_slow_and_private_address_accounts_are_skipped_and_checkpointed(setup, fake, caplog):
@@ -200,6 +250,8 @@ def test_opted_out_accounts_are_skipped_by_the_rebuild(setup, fake):
         store.opt_out("did:plc:acct000")
     tick(app, kit)
     assert [d for d, *_ in rows()] == ["did:plc:acct001"]
+    assert fake.record_calls("did:plc:acct000") == []  # not even a request to its PDS
+    assert not [r for r in fake.requests if r[0] == "/did:plc:acct000"]  # nor to its DID document
 
 
 def test_the_rebuild_keeps_at_most_the_per_did_cap(setup, fake):
@@ -239,3 +291,26 @@ def test_the_operator_sees_rebuild_progress_and_counts(setup, fake):
     out = json.loads(app.test_cli_runner().invoke(args=["network", "status"]).output)
     assert (out["indexing"], out["rows"], out["feeds"], out["rebuild"]["status"]) == (True, 3, 1, "done")
     assert (out["rebuild"]["done"], out["rebuild"]["total"], out["rebuild"]["failed"]) == (3, 3, 0)
+
+
+def test_enumeration_waits_as_long_as_a_rate_limiting_relay_says(setup, fake, monkeypatch):
+    app, kit = setup()
+    accounts(fake, 1)
+    fake.page_replies[1] = (429, {"Retry-After": "3600"}, {"error": "RateLimitExceeded"})
+    now = store.now_us()
+    monkeypatch.setattr(store, "now_us", lambda: now)
+    tick(app, kit)
+    assert state("backfill.status") == "retry" and int(state("backfill.retry_at_us")) == now + 3_600_000_000
+    monkeypatch.setattr(store, "now_us", lambda: now + 3_599_000_000)
+    tick(app, kit)  # the next runs (every 600 s) inside the hour ask nothing
+    assert len(fake.relay_calls()) == 1
+    monkeypatch.setattr(store, "now_us", lambda: now + 3_600_000_001)
+    tick(app, kit)
+    assert len(fake.relay_calls()) == 2 and len(rows()) == 1 and state("backfill.status") == "done"
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date_and_capped():
+    assert rebuild.retry_after_secs("120") == 120.0
+    assert rebuild.retry_after_secs("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480.0 - 60) == 60.0
+    assert rebuild.retry_after_secs("99999999") == 7 * 86400.0
+    assert rebuild.retry_after_secs("soon") is None and rebuild.retry_after_secs(None) is None

@@ -31,18 +31,35 @@ def subscriptions(settings) -> list:
 
     if not settings.featherreader_network_index:
         return []
-    _before_stream_starts()
-    # No max_lookback_us: on this trickle of a collection the cursor ages without any gap, so the
-    # engine's age check would cry wolf daily. The heartbeat check in rebuild.needs_rebuild() is
-    # the gap test that fits (how long the process was away, not how old the last event is).
+    _before_stream_starts(settings)
+    stale_us = settings.featherreader_net_stale_cursor_secs * 1_000_000
+    # The lookback check runs at every (re)connect: after an outage or a watermark pause longer
+    # than Jetstream keeps events, the replay cannot cover the gap and a rebuild must.
     return [Subscription(SUBSCRIPTION, [COLLECTION],
                          [Handler("network", handler(settings), frozenset({COLLECTION}),
-                                  identity_and_account=True)])]
+                                  identity_and_account=True)],
+                         max_lookback_us=stale_us, on_gap=_on_gap(stale_us))]
 
 
-def _before_stream_starts() -> None:
-    """Seed the stream's cursor, and note a gap, before the engine loads the cursor and connects.
+def _on_gap(stale_us: int):
+    def report(saved_time_us: int) -> None:
+        from feather.db import db
+        from feather.network import rebuild
 
+        try:
+            with db.connection_context(), db.atomic():
+                rebuild.note_gap(_now_us(), stale_us)  # a recent rebuild may already cover it
+        except Exception:
+            log.exception("network: could not record the stream's gap")
+    return report
+
+
+def _before_stream_starts(settings) -> None:
+    """Before the engine loads the stream's cursor and connects: the one-shot rebuild's wipe,
+    seeding the cursor, and noting a gap.
+
+    FEATHERREADER_NET_REBUILD: the catalogue is emptied here, before any stream has applied an
+    event, so nothing indexed after boot is thrown away, and "Last updated" restarts with it.
     Seeding: without a cursor, a stream that has applied no event reconnects "live" and silently
     skips whatever happened while it was away; with one, Jetstream replays from there. It also
     puts the stream's coverage before any rebuild's T0 (rebuild.py), which is what lets the
@@ -52,17 +69,26 @@ def _before_stream_starts() -> None:
     """
     from feather.db import db
     from feather.jetstream import store as jstore
-    from feather.network import rebuild
+    from feather.network import rebuild, store
 
     opened = db.is_closed()
     try:
         if opened:
             db.connect()
         with db.atomic():
+            if settings.featherreader_net_rebuild:
+                log.warning("network: FEATHERREADER_NET_REBUILD=1: EMPTYING the network catalogue and rebuilding "
+                            "it from the relays now. Unset the variable once this restart is done.")
+                store.truncate_projection()
+                store.clear_state("live.gap")
+                db.execute_sql(store._q("DELETE FROM jetstream_cursor WHERE name = ?"), (SUBSCRIPTION,))
+                store.set_state("rollup.updated_at", str(_now_us()))
             if jstore.load_cursor(SUBSCRIPTION) is None:
                 jstore.save_cursor(SUBSCRIPTION, jstore.Cursor(_now_us()))
             else:
-                rebuild.note_gap_at_boot(_now_us())
+                rebuild.note_gap(_now_us(), settings.featherreader_net_stale_cursor_secs * 1_000_000)
+            if settings.featherreader_net_rebuild:
+                rebuild.start("FEATHERREADER_NET_REBUILD=1")  # T0 after the seeded cursor: no gap between
     except Exception as exc:  # no tables yet, database down: the stream then starts live, as before
         log.warning("network: could not prepare the stream cursor: %s", exc)
     finally:
@@ -83,9 +109,10 @@ def jobs(settings) -> list:
     found = []
     interval = settings.featherreader_adoption_interval_secs
     if interval > 0:
-        # ±10 %: APScheduler adds uniform [0, jitter], so start at 90 % and jitter by 20 %.
-        found.append(Job("network-adoption", lambda: adoption.run_job(settings), interval * 0.9,
-                         jitter=interval * 0.2, first_run_delay=60.0))
+        # The job only asks whether a probe is due: the interval and its ±10 % are counted from
+        # the last run, which the database remembers across restarts (adoption.run_if_due).
+        found.append(Job("network-adoption", lambda: adoption.run_if_due(settings), adoption.check_every(interval),
+                         first_run_delay=adoption.first_run_delay(interval)))
     if settings.featherreader_network_index:
         found.append(Job("network-rebuild", lambda: netjobs.rebuild_tick(settings), netjobs.REBUILD_CHECK_SECS,
                          first_run_delay=5.0))

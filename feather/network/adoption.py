@@ -7,6 +7,8 @@ feature whose only output is an integer. A relay that fails keeps its previous r
 from __future__ import annotations
 
 import logging
+import random
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,6 +18,8 @@ from feather.network.relay import COLLECTION, AdoptionObservation, RelayClient, 
 log = logging.getLogger(__name__)
 
 KEY = "adoption.subscription"
+CHECK_SECS = 600.0  # how often the job asks "is a probe due?"; the probe itself runs once per interval
+FIRST_DELAY_SECS = 60.0
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,34 @@ def current(hosts: list[str] | None = None) -> Adoption | None:
     return Adoption(best[1], bool(best[2]), max(r[3] for r in rows))
 
 
-def run_job(settings) -> None:
-    from feather.network.httpclient import client_from_settings
+def first_run_delay(interval: float, rand: Callable[[], float] = random.random) -> float:
+    """A minute after boot plus up to 10 % of the interval, so instances started together (or a
+    fleet restarted at once) do not probe the relays in step."""
+    return FIRST_DELAY_SECS + rand() * 0.1 * interval
 
-    probe(client_from_settings(settings), list(settings.featherreader_relay_hosts))
+
+def check_every(interval: float) -> float:
+    return max(1.0, min(CHECK_SECS, interval / 10))
+
+
+def run_if_due(settings, *, http=None, now: float | None = None, rand: Callable[[], float] = random.random,
+               sleep: Callable[[float], None] | None = None) -> bool:
+    """Probe when the interval since the last run (remembered across restarts, ±10 % drawn at that
+    run) has passed; a failed run counts as a run: no tighter retry. True when it probed."""
+    from feather.network import store
+
+    now = time.time() if now is None else now
+    interval = settings.featherreader_adoption_interval_secs
+    last = store.get_state("adoption.last_run")
+    if last is not None:
+        at, factor = (float(x) for x in last.split(":"))
+        if now < at + interval * factor:
+            return False
+    with db.atomic():
+        store.set_state("adoption.last_run", f"{now:.3f}:{0.9 + 0.2 * rand():.4f}")
+    if http is None:
+        from feather.network.httpclient import client_from_settings
+
+        http = client_from_settings(settings)
+    probe(http, list(settings.featherreader_relay_hosts), sleep=sleep)
+    return True

@@ -34,17 +34,23 @@ def handler(settings) -> Callable[[list[Event]], None]:
 
     def apply_batch(events: list[Event]) -> None:
         touched: set[str] = set()
+        # Consent first: every DID's lock before any row is written (store.lock_did), in one order.
         opted_out: dict[str, bool] = {}
+        for did in sorted({e.did for e in events if e.kind == "commit" and e.collection == COLLECTION}):
+            store.lock_did(did)
+            opted_out[did] = store.is_opted_out(did)
         inserted = False
         for event in events:
             if event.kind == "account":
                 if not event.active and event.status in GONE_STATUSES:
                     store.delete_did(event.did, touched)
                 continue
+            if event.kind == "identity":
+                # The handle may have moved to someone else: never show it again unverified.
+                store.forget_attribution_handle(event.did)
+                continue
             if event.kind != "commit" or event.collection != COLLECTION:
                 continue
-            if event.did not in opted_out:
-                opted_out[event.did] = store.is_opted_out(event.did)
             if opted_out[event.did]:
                 continue  # consent: never index an opted-out account, not even for a moment
             if event.operation == "delete":

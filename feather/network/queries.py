@@ -44,14 +44,17 @@ def count_for(feed_url: str, k: int) -> int | None:
     return row[0] if row and row[0] >= k else None
 
 
-def attributions(k: int) -> dict[str, list[str]]:
-    """feed_url -> handles (or DIDs) of opted-in accounts, for feeds at or above the floor only."""
+def attributions(k: int, fresh_since_us: int) -> dict[str, list[str]]:
+    """feed_url -> names of opted-in accounts, for feeds at or above the floor only.
+
+    The name is the handle while its last two-way check is newer than `fresh_since_us`, else
+    the DID: a handle can change hands, and a stale one could name the wrong person."""
+    name = "CASE WHEN a.handle IS NOT NULL AND a.handle_checked_us >= ? THEN a.handle ELSE a.did END"
     rows = db.execute_sql(_q(
-        "SELECT s.feed_url, COALESCE(a.handle, a.did) FROM net_attribution a"
+        f"SELECT s.feed_url, {name} AS name FROM net_attribution a"
         " JOIN net_subscription s ON s.did = a.did"
         " JOIN net_feed_rollup r ON r.feed_url = s.feed_url AND r.subscriber_count >= ?"
-        " GROUP BY s.feed_url, COALESCE(a.handle, a.did)"
-        " ORDER BY s.feed_url, COALESCE(a.handle, a.did)"), (k,)).fetchall()
+        " GROUP BY s.feed_url, name ORDER BY s.feed_url, name"), (fresh_since_us, k)).fetchall()
     out: dict[str, list[str]] = {}
     for url, name in rows:
         out.setdefault(url, []).append(name)

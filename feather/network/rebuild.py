@@ -12,10 +12,12 @@ Order of work, and why it cannot leave a gap or resurrect a delete:
      marked failed and skipped, never retried in a loop.
   4. Rows written here carry rev_us = T0: anything the live stream wrote or deleted after T0
      is newer and wins (store.upsert / tombstones).
-A failed enumeration leaves status "retry"; the job tries again at its next run.
+A failed enumeration leaves status "retry"; the job tries again at its next run, or once the
+relay's Retry-After has passed when it asked for longer.
 """
 from __future__ import annotations
 
+import email.utils
 import logging
 import time
 from typing import Callable
@@ -26,14 +28,14 @@ import gevent.pool
 from feather.db import current_dialect, db
 from feather.network import store
 from feather.network.apply import record_fields
-from feather.network.relay import COLLECTION, RelayClient, RelayError
+from feather.network.relay import COLLECTION, RelayClient, RelayError, RelayRateLimited
 
 log = logging.getLogger(__name__)
 
 CONCURRENCY = 2
 PER_DID_TIMEOUT_SECS = 120.0
-REPLAY_WINDOW_US = 24 * 3600 * 1_000_000  # Jetstream keeps ~24 h (notes/jetstream.md §5)
 PROGRESS_EVERY = 25
+MAX_RETRY_AFTER_SECS = 7 * 86400.0
 
 
 class Kit:
@@ -61,20 +63,31 @@ def status() -> dict:
             "total": total, "completed_at_us": store.get_state("backfill.completed_at")}
 
 
-def note_gap_at_boot(now_us: int) -> bool:
-    """Before the stream connects: was it away longer than Jetstream keeps events?
+def coverage_us() -> int:
+    """Up to when the catalogue is known complete: the live stream's applied position (its cursor,
+    saved with each batch it applies) or the pre-backfill cursor T0 of the latest rebuild,
+    whichever is later. 0: nothing is known yet.
 
-    "Away" is measured from the later of its cursor and the maintenance heartbeat: on a quiet
-    collection the cursor alone ages while nothing is missed.
-    """
+    The applied position, never a clock: a heartbeat written while the process runs says nothing
+    about a stream that is disconnected, paused by the disk watermark or silent. A connected
+    stream moves constantly, since Jetstream sends every #identity and #account event whatever
+    the collection filter."""
     row = db.execute_sql(_q("SELECT time_us FROM jetstream_cursor WHERE name = ?"), ("network",)).fetchone()
-    last_live = max(row[0] if row else 0, int(store.get_state("live.heartbeat_us") or 0))
-    if last_live and now_us - last_live > REPLAY_WINDOW_US:
-        store.set_state("live.gap", str(last_live))
-        log.warning("network: the live stream was away for %.1f h, longer than Jetstream's replay window; "
-                    "a rebuild will fill the gap", (now_us - last_live) / 3.6e9)
-        return True
-    return False
+    return max(row[0] if row and row[0] else 0, int(store.get_state("backfill.cursor_us") or 0))
+
+
+def note_gap(now_us: int, stale_us: int) -> bool:
+    """Mark a gap (live.gap, which needs_rebuild() turns into a rebuild) when the catalogue's
+    coverage is older than FEATHERREADER_NET_STALE_CURSOR_SECS: Jetstream no longer holds the
+    events a replay would need. Called at boot, by the stream on reconnect, and every minute."""
+    covered = coverage_us()
+    if not covered or now_us - covered <= stale_us:
+        return False
+    if store.get_state("live.gap") is None:
+        store.set_state("live.gap", str(covered))
+        log.warning("network: the live stream is %.1f h behind, more than FEATHERREADER_NET_STALE_CURSOR_SECS "
+                    "(%d s); a rebuild will fill the gap", (now_us - covered) / 3.6e9, stale_us // 1_000_000)
+    return True
 
 
 def needs_rebuild() -> str | None:
@@ -82,10 +95,12 @@ def needs_rebuild() -> str | None:
     state = store.get_state("backfill.status")
     if state is None:
         return "no completed rebuild is recorded"
+    if state == "retry" and int(store.get_state("backfill.retry_at_us") or 0) > store.now_us():
+        return None  # a relay asked us to wait (Retry-After)
     if state in ("running", "retry"):
         return f"the last rebuild is {state}"
     if store.get_state("live.gap"):
-        return "the live stream was away longer than Jetstream's replay window"
+        return "the live stream fell further behind than Jetstream's replay window"
     return None
 
 
@@ -107,12 +122,16 @@ def run(kit: Kit, settings) -> bool:
     if not t0:
         start("no rebuild in progress")
         t0 = int(store.get_state("backfill.cursor_us"))
-    if store.get_state("backfill.enumerated") != "1" and not _enumerate(kit):
-        with db.atomic():
-            store.set_state("backfill.status", "retry")
-        log.warning("network rebuild: no relay could be enumerated; live indexing continues and the rebuild "
-                    "retries at the next run")
-        return False
+    if store.get_state("backfill.enumerated") != "1":
+        answered, wait_secs = _enumerate(kit)
+        if not answered:
+            retry_at = store.now_us() + int(wait_secs * 1_000_000)
+            with db.atomic():
+                store.set_state("backfill.status", "retry")
+                store.set_state("backfill.retry_at_us", str(retry_at))
+            log.warning("network rebuild: no relay could be enumerated; live indexing continues and the rebuild "
+                        "retries %s", f"in {wait_secs:.0f} s (Retry-After)" if wait_secs else "at the next run")
+            return False
     pool = gevent.pool.Pool(CONCURRENCY)
     try:
         while True:
@@ -137,9 +156,11 @@ def run(kit: Kit, settings) -> bool:
     return True
 
 
-def _enumerate(kit: Kit) -> bool:
-    """Every relay's DIDs into the queue, a page per transaction. True if any relay answered."""
-    answered = 0
+def _enumerate(kit: Kit) -> tuple[bool, float]:
+    """Every relay's DIDs into the queue, a page per transaction.
+
+    (whether any relay answered, the longest Retry-After in seconds a rate-limiting relay asked for)."""
+    answered, wait = 0, 0.0
     for host in kit.relay_hosts:
         client = RelayClient(kit.relay_http, host, sleep=kit.relay_sleep)
         try:
@@ -149,13 +170,30 @@ def _enumerate(kit: Kit) -> bool:
                         db.execute_sql(_q("INSERT INTO net_backfill_queue (did, state, updated_at) VALUES (?, ?, ?)"
                                           " ON CONFLICT (did) DO NOTHING"), (did, "pending", store.now_us()))
             answered += 1
+        except RelayRateLimited as exc:
+            wait = max(wait, retry_after_secs(exc.retry_after) or 0.0)
+            log.warning("network rebuild: enumeration on %s failed: %s", host, exc)
         except RelayError as exc:
             log.warning("network rebuild: enumeration on %s failed: %s", host, exc)
     if answered:
         with db.atomic():
             store.set_state("backfill.enumerated", "1")
         log.info("network rebuild: %d DIDs to read", status()["total"])
-    return bool(answered)
+    return bool(answered), wait
+
+
+def retry_after_secs(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds from now: delta-seconds or an HTTP date (RFC 9110 §10.2.3); capped at a week."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_SECS)
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return min(max(0.0, when - (time.time() if now is None else now)), MAX_RETRY_AFTER_SECS)
 
 
 def fetch_records(kit: Kit, did: str, max_records: int) -> list[tuple[str, str | None, str | None]]:
@@ -179,6 +217,13 @@ def fetch_records(kit: Kit, did: str, max_records: int) -> list[tuple[str, str |
 
 def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
     records, state = None, "done"
+    with db.connection_context():
+        skip = store.is_opted_out(did)
+    if skip:  # consent: not even a request to its PDS (and re-checked under the lock below)
+        with db.connection_context(), db.atomic():
+            db.execute_sql(_q("UPDATE net_backfill_queue SET state = ?, records = 0, updated_at = ? WHERE did = ?"),
+                           ("done", store.now_us(), did))
+        return
     try:
         with gevent.Timeout(kit.timeout):
             records = fetch_records(kit, did, settings.featherreader_net_max_records_per_did)
@@ -189,6 +234,7 @@ def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
         state = "failed"
         log.warning("network rebuild: %s skipped: %s", did, exc)
     with db.connection_context(), db.atomic():
+        store.lock_did(did)  # before the opt-out check: an opt-out committing now is seen, or waits for us
         if records is not None and not store.is_opted_out(did):
             touched: set[str] = set()
             kept = set()

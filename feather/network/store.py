@@ -10,6 +10,7 @@ the feeds a write touched (an index range each), so it always equals the direct 
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Iterable
 
@@ -44,6 +45,26 @@ def clear_state(prefix: str) -> None:
 
 
 # --- subscription rows
+# Advisory lock space of the per-DID consent lock ("net" in ASCII); see lock_did.
+DID_LOCK_SPACE = 0x6E6574
+
+
+def lock_did(did: str) -> None:
+    """Order this transaction against every other catalogue write for `did`, until commit.
+
+    An opt-out and a write of the DID's rows (live batch, rebuild) each take this lock before
+    they read net_optout, so the later one sees the earlier one's commit: PostgreSQL's READ
+    COMMITTED would otherwise let a batch that read "not opted out" insert after the opt-out's
+    DELETE. Writers take every lock they need before their first row write, so no two of them
+    can wait on each other. SQLite needs nothing: its write transactions are serialised, and a
+    WAL reader that someone committed under cannot write (the batch fails and replays).
+    """
+    digest = hashlib.blake2b(did.encode(), digest_size=4).digest()
+    sql = current_dialect().xact_lock_pair_sql(DID_LOCK_SPACE, int.from_bytes(digest, "big", signed=True))
+    if sql is not None:
+        db.execute_sql(sql)
+
+
 def is_opted_out(did: str) -> bool:
     return db.execute_sql(_q("SELECT 1 FROM net_optout WHERE did = ?"), (did,)).fetchone() is not None
 
@@ -156,6 +177,7 @@ def truncate_projection() -> None:
 # --- consent
 def opt_out(did: str) -> int:
     """Record the opt-out and remove every row of the DID, in the caller's one transaction."""
+    lock_did(did)
     db.execute_sql(_q("INSERT INTO net_optout (did, created_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING"),
                    (did, now_us()))
     db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
@@ -166,12 +188,32 @@ def opt_out(did: str) -> int:
 
 
 def set_attribution(did: str, handle: str | None, on: bool) -> None:
+    """`handle` is the signed-in account's, verified at sign-in: it counts as checked now."""
     if on:
-        db.execute_sql(_q("INSERT INTO net_attribution (did, handle, created_at) VALUES (?, ?, ?)"
-                          " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle"), (did, handle, now_us()))
+        now = now_us()
+        db.execute_sql(_q("INSERT INTO net_attribution (did, handle, created_at, handle_checked_us) VALUES (?, ?, ?, ?)"
+                          " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle,"
+                          " handle_checked_us = excluded.handle_checked_us"),
+                       (did, handle, now, now if handle else 0))
     else:
         db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
 
 
 def is_attributed(did: str) -> bool:
     return db.execute_sql(_q("SELECT 1 FROM net_attribution WHERE did = ?"), (did,)).fetchone() is not None
+
+
+def forget_attribution_handle(did: str) -> None:
+    """An #identity event: the handle may have changed hands; show the DID until it is re-verified."""
+    db.execute_sql(_q("UPDATE net_attribution SET handle = NULL, handle_checked_us = 0 WHERE did = ?"), (did,))
+
+
+def attributions_to_check(older_than_us: int, limit: int) -> list[str]:
+    return [r[0] for r in db.execute_sql(_q(
+        "SELECT did FROM net_attribution WHERE handle_checked_us < ? ORDER BY handle_checked_us, did LIMIT ?"),
+        (older_than_us, limit)).fetchall()]
+
+
+def set_attribution_handle(did: str, handle: str | None, checked_us: int) -> None:
+    db.execute_sql(_q("UPDATE net_attribution SET handle = ?, handle_checked_us = ? WHERE did = ?"),
+                   (handle, checked_us, did))

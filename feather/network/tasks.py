@@ -1,15 +1,16 @@
 """The catalogue's scheduled work: the rebuild driver and a small maintenance tick.
 
-The maintenance tick leaves a heartbeat (so a boot can tell how long the live stream was away),
-forgets tombstones no rebuild can still need, and under disk pressure prunes the catalogue
-first: it is what a stranger subscribed to, and everything else here is what users read.
+The maintenance tick checks the live stream for a gap (rebuild.note_gap: its applied position,
+never the clock), re-verifies attribution handles, forgets tombstones no rebuild can still
+need, and under disk pressure prunes the catalogue first: it is what a stranger subscribed
+to, and everything else here is what users read.
 """
 from __future__ import annotations
 
 import logging
 
 from feather.db import current_dialect, db
-from feather.network import rebuild, store
+from feather.network import names, rebuild, store
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +19,8 @@ MAINTENANCE_SECS = 60.0
 TOMBSTONE_KEEP_US = 7 * 24 * 3600 * 1_000_000
 DISK_PRUNE_FRACTION = 0.10
 DISK_PRUNE_MIN_ROWS = 1000
-
-_boot_rebuild_done = False  # FEATHERREADER_NET_REBUILD acts once per process, at its first tick
+# What a prune deletes from, and so what it hands back to the file system afterwards.
+CATALOGUE_TABLES = ("net_subscription", "net_feed_rollup", "net_tombstone")
 
 
 def kit_from_settings(settings) -> rebuild.Kit:
@@ -32,49 +33,75 @@ def kit_from_settings(settings) -> rebuild.Kit:
 
 
 def rebuild_tick(settings, kit: rebuild.Kit | None = None) -> None:
-    global _boot_rebuild_done
-    if settings.featherreader_net_rebuild and not _boot_rebuild_done:
-        _boot_rebuild_done = True
-        log.warning("network: FEATHERREADER_NET_REBUILD=1: EMPTYING the network catalogue and rebuilding it "
-                    "from the relays now. Unset the variable once this restart is done.")
-        with db.atomic():
-            store.truncate_projection()
-        rebuild.start("FEATHERREADER_NET_REBUILD=1")
     reason = rebuild.needs_rebuild()
     if reason is None:
+        return
+    size = over_watermark(settings)
+    if size is not None:
+        # The reader always wins the disk: a rebuild writes rows, the prune would delete them.
+        log.info("network rebuild: waiting, the database is over the size watermark (%d bytes)", size)
         return
     if store.get_state("backfill.status") not in ("running", "retry"):
         rebuild.start(reason)
     rebuild.run(kit or kit_from_settings(settings), settings)
 
 
-def maintenance_tick(settings) -> None:
+def maintenance_tick(settings, resolver=None) -> None:
     now = store.now_us()
     with db.atomic():
-        store.set_state("live.heartbeat_us", str(now))
+        rebuild.note_gap(now, settings.featherreader_net_stale_cursor_secs * 1_000_000)
         t0 = int(store.get_state("backfill.cursor_us") or now)
         horizon = min(now - TOMBSTONE_KEEP_US, t0 - 1)
         db.execute_sql(current_dialect().q("DELETE FROM net_tombstone WHERE time_us < ?"), (horizon,))
     prune_for_disk_pressure(settings)
+    if resolver is None:
+        from feather.atproto.identity import resolver_from_settings
+
+        resolver = resolver_from_settings(settings)
+    names.refresh(resolver, now)
+
+
+def db_size() -> int:
+    from feather.jetstream.store import db_size_bytes
+
+    return db_size_bytes()
+
+
+def over_watermark(settings) -> int | None:
+    """The database's size when it is at or over FEATHERREADER_DB_SIZE_WATERMARK_BYTES, else None."""
+    limit = settings.featherreader_db_size_watermark_bytes
+    if not limit:
+        return None
+    size = db_size()
+    return size if size >= limit else None
 
 
 def prune_for_disk_pressure(settings) -> int:
-    """Over the size watermark, drop the oldest catalogue rows; the reader's data is never touched here."""
-    limit = settings.featherreader_db_size_watermark_bytes
-    if not limit:
-        return 0
-    from feather.jetstream.store import db_size_bytes
+    """Over the size watermark, drop the oldest catalogue rows until the database is back under.
 
-    size = db_size_bytes()
-    if size < limit:
+    A slice at a time (10 %, at least 1,000 rows), each followed by reclaiming the space and
+    measuring again, so it stops as soon as it is under: the engine's own watermark check
+    (the same measure) then resumes the streams. The reader's data is never touched here; if
+    the catalogue is gone and the database is still over, that is the reader's to solve.
+    """
+    limit = settings.featherreader_db_size_watermark_bytes
+    size = over_watermark(settings)
+    if size is None:
         return 0
-    total = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
-    n = min(total, max(DISK_PRUNE_MIN_ROWS, int(total * DISK_PRUNE_FRACTION)))
-    with db.atomic():
-        touched: set[str] = set()
-        removed = store.evict_oldest(n, touched)
-        store.refresh_rollup(touched)
+    start, removed = size, 0
+    while size >= limit:
+        total = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
+        if not total:
+            break
+        with db.atomic():
+            touched: set[str] = set()
+            removed += store.evict_oldest(min(total, max(DISK_PRUNE_MIN_ROWS, int(total * DISK_PRUNE_FRACTION))),
+                                          touched)
+            store.refresh_rollup(touched)
+        current_dialect().reclaim(db, CATALOGUE_TABLES)
+        size = db_size()
     if removed:
-        log.warning("network: database is %d bytes (watermark %d): pruned the %d oldest catalogue rows first",
-                    size, limit, removed)
+        log.warning("network: database was %d bytes (watermark %d): pruned the %d oldest catalogue rows first; "
+                    "now %d bytes%s", start, limit, removed, size,
+                    "" if size < limit else ", still over: the catalogue is empty")
     return removed

@@ -6,11 +6,13 @@ named who did not opt in. It is the only page that reads net_* besides the conse
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from urllib.parse import urlsplit
 
-from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request, url_for
+from flask.globals import request_ctx
 
 from feather.db import db
 from feather.errors import ApiError
@@ -51,21 +53,48 @@ def network_about() -> dict:
     return {"adoption": found, "page": s.featherreader_network_page, "indexing": s.featherreader_network_index}
 
 
+PUBLIC_CACHE = "public, max-age=300"
+
+
+def same_for_everyone(view):
+    """The response is the same bytes for every viewer, so a shared cache may keep it (spec §5.6
+    rule 3): these are the only responses marked public.
+
+    The request's session is swapped for an empty one before the view runs, so nothing it
+    renders can depend on who is asking (no account name, no CSRF token, no flash: a pending
+    flash stays for the viewer's next page), and Flask neither refreshes the cookie nor adds
+    `Vary: Cookie`. The page template leaves the account block of base.html empty; signing in
+    and out happen on every other page."""
+    @functools.wraps(view)
+    def wrapper(*args, **kwargs):
+        # Flask opens the session before any view and offers no public way to swap it; the
+        # byte-identity test fails loudly if a Flask upgrade moves this attribute.
+        request_ctx._session = current_app.session_interface.make_null_session(current_app)
+        g.pop("auth_account", None)  # anything that already looked the viewer up
+        g.same_for_everyone = True  # feather/security.py: a cookie alone does not make this personal
+        response = current_app.make_response(view(*args, **kwargs))
+        response.headers["Cache-Control"] = PUBLIC_CACHE
+        return response
+    return wrapper
+
+
 @bp.get("/network")
+@same_for_everyone
 def catalogue():
     s = _settings()
     if not s.featherreader_network_page:
         abort(404)
     k = s.featherreader_net_k
-    body = render_template("network/index.html", k=k, recent=queries.recently_added(k),
-                           popular=queries.most_subscribed(k), names=queries.attributions(k),
+    from feather.network import names
+
+    return render_template("network/index.html", k=k, recent=queries.recently_added(k),
+                           popular=queries.most_subscribed(k),
+                           names=queries.attributions(k, names.fresh_since(store.now_us())),
                            updated_us=store.get_state("rollup.updated_at"))
-    response = current_app.make_response(body)
-    response.headers["Cache-Control"] = "public, max-age=300"
-    return response
 
 
 @bp.get("/api/network/count")
+@same_for_everyone
 def count():
     """For a reader's add-feed card: one feed's subscriber count, only at or above the k-floor."""
     s = _settings()
@@ -76,9 +105,7 @@ def count():
     if canonical is None:
         raise ApiError(400, "InvalidRequest", "url must be a public http(s) feed URL.")
     n = queries.count_for(canonical, s.featherreader_net_k)
-    response = jsonify({"url": canonical, **({"subscribers": n} if n is not None else {})})
-    response.headers["Cache-Control"] = "public, max-age=300"
-    return response
+    return jsonify({"url": canonical, **({"subscribers": n} if n is not None else {})})
 
 
 @bp.route("/network/opt-out", methods=["GET", "POST"])
@@ -98,10 +125,10 @@ def opt_out():
     except IdentityError as exc:
         return render_template("network/opt_out.html", handle=handle, error=str(exc)), 400
     with db.atomic():
-        removed = store.opt_out(did)
-    log.info("network: %s opted out; %d rows removed", did, removed)
-    flash(f"Done. {handle} ({did}) is opted out: {removed} indexed record(s) were deleted just now, and this "
-          "instance will not index that account again.", "ok")
+        store.opt_out(did)
+    # The same answer for every input, and no DID in the log: whether (and how much of) an
+    # account was indexed is not something to tell whoever typed its handle, or the log reader.
+    log.info("network: an account opted out")
     return redirect(url_for("network.opted_out"), code=303)
 
 
