@@ -78,7 +78,7 @@ def test_a_bad_file_fails_the_app_at_start(make_app, tmp_path):
                     '[collections.follow]\ncollection = "app.bsky.graph.follow"\n')
     with pytest.raises(ConfigError) as err:
         make_app(FEATHERREADER_CONFIG=str(path))
-    assert str(err.value) == ('FEATHERREADER_CONFIG: Feed "timeline" references unknown target collection "nope"')
+    assert str(err.value) == (f'FEATHERREADER_CONFIG: {path}: Feed "timeline" references unknown target collection "nope"')
     path.write_text("this is = = not toml")
     with pytest.raises(ConfigError, match="is not valid TOML"):
         make_app(FEATHERREADER_CONFIG=str(path))
@@ -95,6 +95,5 @@ def test_routes_follow_the_namespace(make_app, tmp_path):
     app = feeds_app(make_app, tmp_path, '[collections.post]\ncollection = "app.bsky.feed.post"\n'
                     '[feeds.t]\ntargets = ["post"]\n')
     rules = sorted(r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/xrpc/com.featherreader"))
-    assert rules == ["/xrpc/com.featherreader.follow.getRecord", "/xrpc/com.featherreader.follow.listRecords",
-                     "/xrpc/com.featherreader.getFeed", "/xrpc/com.featherreader.post.getRecord",
+    assert rules == ["/xrpc/com.featherreader.getFeed", "/xrpc/com.featherreader.post.getRecord",
                      "/xrpc/com.featherreader.post.listRecords"]
