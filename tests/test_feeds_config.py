@@ -97,3 +97,32 @@ def test_routes_follow_the_namespace(make_app, tmp_path):
     rules = sorted(r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/xrpc/com.featherreader"))
     assert rules == ["/xrpc/com.featherreader.getFeed", "/xrpc/com.featherreader.post.getRecord",
                      "/xrpc/com.featherreader.post.listRecords"]
+
+
+BASE = ('[collections.follow]\ncollection = "app.bsky.graph.follow"\n'
+        '[collections.post]\ncollection = "app.bsky.feed.post"\n')
+
+
+@pytest.mark.parametrize("text, message", [
+    ('namepsace = "com.example"\n' + BASE, 'top level: unknown key "namepsace"'),
+    (BASE + '[feeds.t]\ntargets = ["post"]\nmaxitems = 1000\n', '[feeds.t]: unknown key "maxitems"'),
+    (BASE.replace('"app.bsky.feed.post"\n', '"app.bsky.feed.post"\nqueriable = {}\n'),
+     '[collections.post]: unknown key "queriable"'),
+    (BASE + '[feeds.t]\ntargets = [{ collection = "post", maxitems = 5 }]\n', 'Feed "t" target: unknown key "maxitems"'),
+    (BASE + '[collections.posts]\ncollection = "app.bsky.feed.post"\n',
+     '[collections.posts] and [collections.post] both name "app.bsky.feed.post"'),
+    (BASE + '[feeds.t]\ntargets = ["post", "post"]\n', 'Feed "t" lists target "post" twice'),
+    ('actors = ["alice.test"]\n' + BASE, 'actors must be a list of DIDs'),
+])
+def test_a_misspelled_key_or_a_duplicate_is_an_error_naming_it_and_the_file(tmp_path, text, message):
+    path = tmp_path / "feeds.toml"
+    path.write_text(text)
+    with pytest.raises(FeedsConfigError) as err:
+        load(str(path))
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value)
+
+
+def test_actors_are_read_as_dids():
+    config = parse({"actors": ["did:plc:aaaa", "did:web:example.com", "did:plc:aaaa"]})
+    assert config.actors == ("did:plc:aaaa", "did:web:example.com")
