@@ -123,7 +123,10 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
         return 0
     attempts = {did: n for did, n in due}
     sources = sources_for(app)
-    results = Pool(FETCH_CONCURRENCY).map(lambda did: _fetch(sources, config, did), list(attempts))
+    def fetch(did):
+        with app.app_context():  # a greenlet does not inherit the job's context
+            return _fetch(sources, config, did)
+    results = Pool(FETCH_CONCURRENCY).map(fetch, list(attempts))
     done = 0
     for did, got, error in results:
         with db.atomic():

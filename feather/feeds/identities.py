@@ -83,6 +83,10 @@ def _lookup(app, profile_colls, work) -> dict:
     results: dict = {}
 
     def one(item):
+        with app.app_context():  # a greenlet does not inherit the request's context
+            _one(item)
+
+    def _one(item):
         kind, did = item
         try:
             if kind == "handle":
