@@ -125,7 +125,11 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
     sources = sources_for(app)
     def fetch(did):
         with app.app_context():  # a greenlet does not inherit the job's context
-            return _fetch(sources, config, did)
+            try:
+                return _fetch(sources, config, did)
+            except Exception as exc:  # one odd author must not stall the queue: retried, then given up
+                log.exception("feeds: fetching %s failed unexpectedly", did)
+                return did, None, f"{type(exc).__name__}: {exc}"
     results = Pool(FETCH_CONCURRENCY).map(fetch, list(attempts))
     done = 0
     for did, got, error in results:
