@@ -15,3 +15,7 @@ def post_worker_init(worker):
 def worker_exit(server, worker):
     if _workers is not None:
         _workers.stop()
+
+# Gunicorn answers a request line over its limit (default 4094) with its own HTML 414. Feeds'
+# XRPC methods refuse URLs over 4 KB themselves, in XRPC JSON, so let up to the maximum through.
+limit_request_line = 8190

@@ -47,7 +47,7 @@ def build(workdir: Path, followers: int, hybrid: bool):
     path = workdir / "fanout.db"
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
                       "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
-                      "FEATHERREADER_CONFIG": str(cfg)})
+                      "FEATHERREADER_CONFIG": str(cfg), "FEED_SERVE": "all"})
     upgrade(db.obj)
     with app.app_context(), db.connection_context():
         schema.ensure(app.extensions["feeds"])

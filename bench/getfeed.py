@@ -34,7 +34,8 @@ def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
 
     path = workdir / "getfeed.db"
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
-                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING"})
+                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
+                      "FEED_SERVE": "all"})
     upgrade(db.obj)
     with app.app_context(), db.connection_context():
         schema.ensure(app.extensions["feeds"])
@@ -76,7 +77,7 @@ def free_port() -> int:
 def start_server(path: Path, workdir: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, DATABASE_URL=f"sqlite:///{path}", FEATHERREADER_ENV="test",
                FEATHERREADER_DATA_DIR=str(workdir), FEATHERREADER_RUN_WORKERS="0",
-               FEATHERREADER_DISABLE_SCHEDULER="1", FEATHERREADER_LOG_LEVEL="WARNING")
+               FEATHERREADER_DISABLE_SCHEDULER="1", FEATHERREADER_LOG_LEVEL="WARNING", FEED_SERVE="all")
     proc = subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent", "-w", "1", "-b", f"127.0.0.1:{port}",
                              "--log-level", "warning", "app:app"], cwd=REPO, env=env)
     deadline = time.time() + 60

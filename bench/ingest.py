@@ -51,7 +51,8 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, all_featu
     app = create_app({"DATABASE_URL": f"sqlite:///{workdir}/bench-{int(all_features)}.db", "FEATHERREADER_ENV": "test",
                       "FEATHERREADER_DATA_DIR": workdir, "FEATHERREADER_JETSTREAM_HOSTS": url,
                       "FEATHERREADER_ALLOW_PRIVATE_NETWORK": True, "FEATHERREADER_LOG_LEVEL": "WARNING",
-                      "FEATHERREADER_EXTRA_FEATURES": "tests.support.mirror_feature"})
+                      "FEATHERREADER_EXTRA_FEATURES": "tests.support.mirror_feature",
+                      "FEED_SERVE": "all"})  # the full index: every event reaches every handler
     upgrade(db.obj)
     settings = app.config["FEATHER"]
     subs = [s for s in features.subscriptions(settings) if s.name == "global"] if all_features \

@@ -73,7 +73,7 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
                        FEATHERREADER_ALLOW_PRIVATE_NETWORK="1", FEATHERREADER_NETWORK_INDEX="1",
                        FEATHERREADER_NETWORK_PAGE="1", FEATHERREADER_LOG_LEVEL="WARNING",
                        FEATHERREADER_RELAY_HOSTS="http://127.0.0.1:9/", FEATHERREADER_PLC_URL="http://127.0.0.1:9",
-                       FEATHERREADER_ADOPTION_INTERVAL_SECS="0")
+                       FEATHERREADER_ADOPTION_INTERVAL_SECS="0", FEED_SERVE="all")
             subprocess.run([sys.executable, "-m", "flask", "--app", "app", "db", "upgrade"], cwd=REPO, env=env,
                            check=True, capture_output=True)
             _seed(url, first_us)

@@ -13,6 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BENCHES = [
     ("ingest", [sys.executable, "bench/ingest.py", "--events", "200000"]),
+    ("admission", [sys.executable, "bench/admission.py", "--events", "1000000"]),
     ("fanout", [sys.executable, "bench/fanout.py"]),
     ("getfeed", [sys.executable, "bench/getfeed.py"]),
     ("load", [sys.executable, "bench/load.py"]),

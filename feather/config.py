@@ -138,6 +138,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Feed actors one prune slice visits; a full pass takes ceil(actors / this) slices."),
     Setting("FEED_PRUNE_RECOVERY_INTERVAL_MS", _int(1000), str(6 * 3_600_000),
             "A fresh prune pass starts this long after the last completed full pass, even on an idle stream (ms)."),
+    Setting("FEED_SERVE", _choice("signed-in", "readers", "all"), "signed-in",
+            "Whose timelines are kept. `signed-in`: accounts that signed in here plus the feeds config's "
+            "`actors`; `readers`: also anyone who reads a feed (up to FEED_SERVE_MAX_ACTORS); `all`: admit the "
+            "whole network (a full index). Under the first two, only records that matter to a served actor "
+            "are stored."),
+    Setting("FEED_SERVE_MAX_ACTORS", _int(1), "1000",
+            "With FEED_SERVE=readers: most actors served; a new reader past it is refused (503)."),
     Setting("FEED_SERVICE_AUTH", _bool, "0",
             "1: getFeed requires an atproto service-auth JWT whose issuer is the `actor` "
             "(aud = FEATHERREADER_FEED_SERVICE_DID, lxm = the getFeed method)."),

@@ -78,7 +78,7 @@ def test_a_bad_file_fails_the_app_at_start(make_app, tmp_path):
                     '[collections.follow]\ncollection = "app.bsky.graph.follow"\n')
     with pytest.raises(ConfigError) as err:
         make_app(FEATHERREADER_CONFIG=str(path))
-    assert str(err.value) == ('FEATHERREADER_CONFIG: Feed "timeline" references unknown target collection "nope"')
+    assert str(err.value) == (f'FEATHERREADER_CONFIG: {path}: Feed "timeline" references unknown target collection "nope"')
     path.write_text("this is = = not toml")
     with pytest.raises(ConfigError, match="is not valid TOML"):
         make_app(FEATHERREADER_CONFIG=str(path))
@@ -95,6 +95,34 @@ def test_routes_follow_the_namespace(make_app, tmp_path):
     app = feeds_app(make_app, tmp_path, '[collections.post]\ncollection = "app.bsky.feed.post"\n'
                     '[feeds.t]\ntargets = ["post"]\n')
     rules = sorted(r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/xrpc/com.featherreader"))
-    assert rules == ["/xrpc/com.featherreader.follow.getRecord", "/xrpc/com.featherreader.follow.listRecords",
-                     "/xrpc/com.featherreader.getFeed", "/xrpc/com.featherreader.post.getRecord",
+    assert rules == ["/xrpc/com.featherreader.getFeed", "/xrpc/com.featherreader.post.getRecord",
                      "/xrpc/com.featherreader.post.listRecords"]
+
+
+BASE = ('[collections.follow]\ncollection = "app.bsky.graph.follow"\n'
+        '[collections.post]\ncollection = "app.bsky.feed.post"\n')
+
+
+@pytest.mark.parametrize("text, message", [
+    ('namepsace = "com.example"\n' + BASE, 'top level: unknown key "namepsace"'),
+    (BASE + '[feeds.t]\ntargets = ["post"]\nmaxitems = 1000\n', '[feeds.t]: unknown key "maxitems"'),
+    (BASE.replace('"app.bsky.feed.post"\n', '"app.bsky.feed.post"\nqueriable = {}\n'),
+     '[collections.post]: unknown key "queriable"'),
+    (BASE + '[feeds.t]\ntargets = [{ collection = "post", maxitems = 5 }]\n', 'Feed "t" target: unknown key "maxitems"'),
+    (BASE + '[collections.posts]\ncollection = "app.bsky.feed.post"\n',
+     '[collections.posts] and [collections.post] both name "app.bsky.feed.post"'),
+    (BASE + '[feeds.t]\ntargets = ["post", "post"]\n', 'Feed "t" lists target "post" twice'),
+    ('actors = ["alice.test"]\n' + BASE, 'actors must be a list of DIDs'),
+])
+def test_a_misspelled_key_or_a_duplicate_is_an_error_naming_it_and_the_file(tmp_path, text, message):
+    path = tmp_path / "feeds.toml"
+    path.write_text(text)
+    with pytest.raises(FeedsConfigError) as err:
+        load(str(path))
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value)
+
+
+def test_actors_are_read_as_dids():
+    config = parse({"actors": ["did:plc:aaaa", "did:web:example.com", "did:plc:aaaa"]})
+    assert config.actors == ("did:plc:aaaa", "did:web:example.com")

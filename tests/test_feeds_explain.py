@@ -16,7 +16,7 @@ import re
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import backfill, fanout, hybrid, prune, schema
+from feather.feeds import admission, authors, backfill, fanout, hybrid, prune, schema, storage
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
 A, S = "did:plc:aaaa", "did:plc:ssss"
@@ -53,10 +53,23 @@ def statements(config):
                          ["feed_items", "f", post_table, "r"]),
         "hybrid union": ((hybrid.union_sql(config, feed, target), (A, target.nsid, "timeline", A)),
                          ["feed_items", follow_table, "fo", post_table, "p", "feed_heavy_authors", "h"]),
+        # Admission and bounded storage (FEED_SERVE signed-in / readers).
+        "admission followees": ((admission.followees_sql(config, follow_table), (A,)), [follow_table, "f"]),
+        "fetch queue": ((authors.pending_sql(), (5, 16)), ["feed_fetches"]),
+        "fetch followers": ((authors.followers_sql(config, follow_table), (S,)), [follow_table, "r"]),
+        "records sweep first page": (storage.authors_page_sql(post_table, None, 500), [post_table]),
+        "records sweep next page": (storage.authors_page_sql(post_table, S, 500), [post_table]),
+        "records followed probe": ((storage.followed_sql(follow_table), (S,)), [follow_table, "r"]),
+        "records drop author": (storage.drop_author_sql(post_table, S), [post_table]),
+        "records trim author": (storage.trim_author_sql(post_table, S, 200), [post_table]),
+        "records forget fetches": (storage.forget_fetches_sql(S), ["feed_fetches"]),
+        "unserved feed": (("DELETE FROM feed_items WHERE actor = ?", (A,)), ["feed_items"]),
     }
 
 
-ORDERED_WALKS = {"sweep first page"}
+# Not listed: admission.SERVED_SQL reads feed_actors and auth_grant whole on purpose; it is the
+# (capped) served set itself, loaded when it changes, not a statement over stored records.
+ORDERED_WALKS = {"sweep first page", "records sweep first page"}
 
 
 def _norm(text: str) -> str:

@@ -109,3 +109,14 @@ def test_an_empty_client_bucket_spends_nothing_from_the_global_one():
                             clock=lambda: 0.0)
     assert [budget.take("a"), budget.take("a"), budget.take("a"), budget.take("b"), budget.take("c"),
             budget.take("d")] == [True, False, False, True, True, False]
+
+
+def test_a_spray_of_list_records_authors_fetches_at_most_the_client_budget(app):
+    """listRecords?actor= fetches the author's records from their PDS (Contrail's author backfill):
+    the same anonymous budget bounds it."""
+    http, _ = wire(app)
+    client = app.test_client()
+    statuses = [client.get(f"/xrpc/com.example.post.listRecords?actor=did:plc:list{i}",
+                           environ_base={"REMOTE_ADDR": "198.51.100.9"}).status_code for i in range(30)]
+    assert statuses == [200] * 10 + [429] * 20
+    assert sorted(http.calls) == sorted(f"{PLC}/did:plc:list{i}" for i in range(10))

@@ -1,8 +1,9 @@
 """Feeds: fan-out-on-write timelines (spec: /work/shared/specs/feeds.md).
 
 Feature hooks (feather/features.py): init_app registers the XRPC blueprint, subscriptions
-joins the shared "global" stream with the configured collections, jobs adds the prune tick and
-the tombstone sweep.
+joins the shared "global" stream with the configured collections (filtered by FEED_SERVE, see
+admission.py), jobs adds the prune tick (with the records sweep), the tombstone sweep and the
+author fetches.
 """
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ def init_app(app) -> None:
                           "FEED_SERVICE_AUTH=1 needs this service's DID (the `aud` of getFeed tokens)")
     app.extensions["feeds"] = config
     app.register_blueprint(make_blueprint(config))
+    if settings.feed_serve != "all" and config.feeds:
+        from feather.feeds.admission import on_sign_in
+
+        target = app  # the hook is called with the DID only; it needs this app
+        app.extensions.setdefault("sign_in_hooks", []).append(lambda did: on_sign_in(target, did))
 
 
 def subscriptions(settings) -> list:
@@ -53,8 +59,9 @@ def subscriptions(settings) -> list:
     if not config.collections:
         return []
     nsids = sorted({c.nsid for c in config.collections.values()})
-    return [Subscription("global", nsids, [Handler(feature="feeds", apply_batch=handler(config),
-                                                   collections=frozenset(nsids))])]
+    # Identity events too: they invalidate cached handles (profiles=true).
+    return [Subscription("global", nsids, [Handler(feature="feeds", apply_batch=handler(config, settings),
+                                                   collections=frozenset(nsids), identity_and_account=True)])]
 
 
 def jobs(settings) -> list:
@@ -67,5 +74,14 @@ def jobs(settings) -> list:
                first_run_delay=TOMBSTONE_SWEEP_SECS)] if config.collections else []
     if not config.feeds:
         return out
-    return out + [Job("feeds-prune", lambda: prune_tick(config, settings), PRUNE_TICK_SECS, jitter=1.0,
-                      first_run_delay=PRUNE_TICK_SECS)]
+    out.append(Job("feeds-prune", lambda: prune_tick(config, settings), PRUNE_TICK_SECS, jitter=1.0,
+                   first_run_delay=PRUNE_TICK_SECS))
+    if settings.feed_serve != "all":
+        from feather.feeds.authors import FETCH_TICK_SECS, fetch_tick
+
+        def fetch() -> None:
+            from flask import current_app
+
+            fetch_tick(current_app._get_current_object(), config)
+        out.append(Job("feeds-fetch", fetch, FETCH_TICK_SECS, jitter=0.5, first_run_delay=FETCH_TICK_SECS))
+    return out

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from feather.atproto.syntax import is_valid_did
 from feather.db import db
-from feather.feeds import fanout, records, schema
+from feather.feeds import admission as admission_db
+from feather.feeds import authors, fanout, identities, records, schema
+from feather.feeds.admission import Admission
 from feather.feeds.config import FeedsConfig
-from feather.jetstream.events import CommitEvent
+from feather.jetstream.events import CommitEvent, IdentityEvent
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +104,43 @@ def mark_dirty() -> None:
     db.execute_sql("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
 
 
-def apply_batch(config: FeedsConfig, events) -> int:
-    """The engine's handler for the "global" subscription. Returns how many events changed rows."""
+def apply_batch(config: FeedsConfig, events, admission: Admission | None = None) -> int:
+    """The engine's handler for the "global" subscription. Returns how many events changed rows.
+
+    With an admission filter, events that matter to no served actor are dropped first, in memory:
+    a batch of only those runs no SQL at all (bar the filter's own version check, at most one
+    primary-key read per POLL_SECS).
+    """
+    if admission is not None:
+        admission.refresh()
+        events = admission.admit(events)
+        if not events:
+            return 0
     schema.ensure(config)
     commits = [event for event in events if isinstance(event, CommitEvent)]
+    renamed = [event.did for event in events if isinstance(event, IdentityEvent)]
+    if renamed:
+        identities.forget_handles(renamed)
     priors = load_priors(config, commits)
     changed = 0
-    mutating = False
+    mutating = follows_changed = False
+    followed: set[str] = set()
     for event in commits:
         if apply_event(config, event, priors):
             changed += 1
             mutating = mutating or event.collection in config.feed_mutating_nsids
+            if event.collection in config.follow_nsids:
+                follows_changed = True
+                subject = _subject(event.record) if event.operation == "create" else None
+                if subject:
+                    followed.add(subject)
     if mutating:
         mark_dirty()
+    if admission is not None and follows_changed:
+        # Other processes (and this one after a takeover) rebuild from the database; the new
+        # followees' past records come from their PDS (authors.fetch_tick).
+        admission_db.bump()
+        authors.request(followed)
     return changed
 
 
@@ -132,8 +158,13 @@ def sweep_tombstones() -> int:
         return records.sweep_tombstones(cursor.time_us - TOMBSTONE_MARGIN_US)
 
 
-def handler(config: FeedsConfig):
+def handler(config: FeedsConfig, settings=None):
+    """One Admission per handler: the ingesting process's in-memory filter (admission.py)."""
+    mode = getattr(settings, "feed_serve", "all")
+    admission = None if mode == "all" else Admission(config, mode)
+
     def apply(events) -> None:
-        apply_batch(config, events)
+        apply_batch(config, events, admission)
+    apply.admission = admission
     return apply
 

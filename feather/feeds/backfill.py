@@ -126,6 +126,8 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
     inserted += _store(follow, actor, chunk)
     with db.atomic():
         bootstrap(config, feed, actor)
+        if app.config["FEATHER"].feed_serve != "all":
+            admit_followees(config, feed, actor)
         if finished:
             db.execute_sql(_q("UPDATE feed_backfills SET completed = 1, last_error = NULL, started_at = NULL"
                               " WHERE actor = ? AND feed = ?"), (actor, feed.name))
@@ -154,6 +156,17 @@ def _store(follow, actor: str, items: list) -> int:
                 follow, uri=f"at://{actor}/{follow.nsid}/{rkey}", did=actor, rkey=rkey, cid=cid,
                 record=record, time_us=records.record_time_us(record, now))
     return count
+
+
+def admit_followees(config: FeedsConfig, feed: Feed, actor: str) -> int:
+    """Under admission the store holds nothing yet of the people a new actor follows: queue them
+    for a fetch from their PDS and tell the ingesting process to start admitting them."""
+    from feather.feeds import admission, authors
+
+    rows = db.execute_sql(current_dialect().q(followees_sql(config, feed)), (actor,)).fetchall()
+    queued = authors.request(row[0] for row in rows if isinstance(row[0], str) and row[0].startswith("did:"))
+    admission.bump()
+    return queued
 
 
 def followees_sql(config: FeedsConfig, feed: Feed):

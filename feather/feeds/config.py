@@ -12,8 +12,12 @@ Shape (mirrors Contrail's `ContrailConfig`, see /work/shared/specs/feeds.md):
     maxItems = 200
     followBackfill = 100               # records pulled in on a new follow (≤ the cap)
     fanoutMaxFollowers = 50000         # hybrid fan-out; unset = always fan out
+    actors = ["did:plc:…"]             # top level: timelines always kept (FEED_SERVE signed-in/readers)
+    [collections.follow]
+    methods = ["listRecords"]          # follow and profile collections are not served unless listed
 
-Everything is validated once at start; errors name the feed and the unknown short name.
+Everything is validated once at start. A misspelled key is an error, not a silent default:
+errors name the key (or the feed and the unknown short name) and, from load(), the file.
 """
 from __future__ import annotations
 
@@ -23,13 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from feather.atproto.syntax import is_valid_nsid
+from feather.atproto.syntax import is_valid_did, is_valid_nsid
 
 DEFAULT_MAX_ITEMS = 200
 DEFAULT_FOLLOW_BACKFILL = 100
 DEFAULT_NAMESPACE = "com.featherreader"
 DEFAULT_PROFILE_NSID = "app.bsky.actor.profile"
 MAX_QUERYABLE_FIELDS = 32
+METHODS = ("listRecords", "getRecord")
+
+_TOP_KEYS = {"namespace", "collections", "feeds", "profiles", "actors"}
+_COLLECTION_KEYS = {"collection", "queryable", "methods"}
+_QUERYABLE_KEYS = {"type"}
+_FEED_KEYS = {"follow", "targets", "maxItems", "followBackfill", "fanoutMaxFollowers"}
+_TARGET_KEYS = {"collection", "maxItems"}
 
 DEFAULT_TOML = """
 namespace = "com.featherreader"
@@ -66,6 +77,7 @@ class Collection:
     nsid: str
     table: str  # feed_records_<short>, non-alphanumerics as "_"
     queryable: dict[str, Queryable] = field(default_factory=dict)  # by param name
+    methods: frozenset[str] | None = None  # XRPC methods served; None = the default for its role
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,16 @@ class FeedsConfig:
     collections: dict[str, Collection]  # by short name
     feeds: dict[str, Feed]
     profiles: tuple[str, ...] = (DEFAULT_PROFILE_NSID,)
+    actors: tuple[str, ...] = ()  # DIDs whose timelines are always kept
+
+    def methods_of(self, short: str) -> frozenset[str]:
+        """Follow and profile collections hold who-follows-whom and profiles, which Contrail never
+        lists publicly (`methods: []`); everything else serves both methods unless told otherwise."""
+        c = self.collections[short]
+        if c.methods is not None:
+            return c.methods
+        private = c.nsid in self.follow_nsids or c.nsid in self.profiles
+        return frozenset() if private else frozenset(METHODS)
 
     def by_nsid(self, nsid: str) -> Collection | None:
         for c in self.collections.values():
@@ -129,6 +151,12 @@ def camel(path: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+def _known_keys(body: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise FeedsConfigError(f'{where}: unknown key "{unknown[0]}" (known: {", ".join(sorted(allowed))})')
+
+
 def _positive_int(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise FeedsConfigError(f"{where} must be a whole number >= 1; got {value!r}")
@@ -138,6 +166,7 @@ def _positive_int(value: Any, where: str) -> int:
 def _collection(short: str, body: Any) -> Collection:
     if not isinstance(body, dict) or not isinstance(body.get("collection"), str):
         raise FeedsConfigError(f'Collection "{short}" needs `collection = "<NSID>"`')
+    _known_keys(body, _COLLECTION_KEYS, f"[collections.{short}]")
     nsid = body["collection"]
     if not is_valid_nsid(nsid):
         raise FeedsConfigError(f'Collection "{short}": "{nsid}" is not a valid NSID')
@@ -149,12 +178,18 @@ def _collection(short: str, body: Any) -> Collection:
         if not _FIELD.fullmatch(name):
             raise FeedsConfigError(f'Collection "{short}": queryable field "{name}" is not a plain dotted field name')
         spec = spec if isinstance(spec, dict) else {}
+        _known_keys(spec, _QUERYABLE_KEYS, f'[collections.{short}] queryable "{name}"')
         kind = spec.get("type")
         if kind not in (None, "range"):
             raise FeedsConfigError(f'Collection "{short}": queryable "{name}" type must be "range" or absent')
         q = Queryable(tuple(name.split(".")), camel(name), kind == "range")
         queryable[q.param] = q
-    return Collection(short, nsid, table_name(short), queryable)
+    methods = body.get("methods")
+    if methods is not None:
+        if not isinstance(methods, list) or not all(m in METHODS for m in methods):
+            raise FeedsConfigError(f'[collections.{short}] methods must be a list of {", ".join(METHODS)}')
+        methods = frozenset(methods)
+    return Collection(short, nsid, table_name(short), queryable, methods)
 
 
 def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
@@ -162,6 +197,7 @@ def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
         raise FeedsConfigError(f'Feed "{name}": a feed name is letters, digits, "-" and "_"')
     if not isinstance(body, dict):
         raise FeedsConfigError(f'Feed "{name}" must be a table')
+    _known_keys(body, _FEED_KEYS, f"[feeds.{name}]")
     follow = body.get("follow", "follow")
     if follow not in collections:
         raise FeedsConfigError(f'Feed "{name}" references unknown follow collection "{follow}"')
@@ -173,11 +209,14 @@ def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
     for raw in raw_targets:
         short, cap = raw, max_items
         if isinstance(raw, dict):
+            _known_keys(raw, _TARGET_KEYS, f'Feed "{name}" target')
             short = raw.get("collection")
             if "maxItems" in raw:
                 cap = _positive_int(raw["maxItems"], f'Feed "{name}" target "{short}" maxItems')
         if not isinstance(short, str) or short not in collections:
             raise FeedsConfigError(f'Feed "{name}" references unknown target collection "{short}"')
+        if any(t.short == short for t in targets):
+            raise FeedsConfigError(f'Feed "{name}" lists target "{short}" twice')
         targets.append(Target(short, collections[short].nsid, cap))
     backfill = _positive_int(body.get("followBackfill", DEFAULT_FOLLOW_BACKFILL), f'Feed "{name}" followBackfill')
     fmax = body.get("fanoutMaxFollowers")
@@ -187,6 +226,7 @@ def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
 
 
 def parse(data: dict) -> FeedsConfig:
+    _known_keys(data, _TOP_KEYS, "top level")
     namespace = data.get("namespace", DEFAULT_NAMESPACE)
     if not isinstance(namespace, str) or not is_valid_nsid(namespace + ".getFeed"):
         raise FeedsConfigError(f'namespace "{namespace}" does not make a valid NSID with ".getFeed"')
@@ -194,6 +234,12 @@ def parse(data: dict) -> FeedsConfig:
     if not isinstance(raw_collections, dict):
         raise FeedsConfigError("[collections] must be a table")
     collections = {short: _collection(short, body) for short, body in raw_collections.items()}
+    seen: dict[str, str] = {}
+    for c in collections.values():
+        if c.nsid in seen:
+            # The second table would never fill: ingest routes an NSID to one collection.
+            raise FeedsConfigError(f'[collections.{c.short}] and [collections.{seen[c.nsid]}] both name "{c.nsid}"')
+        seen[c.nsid] = c.short
     tables = [c.table for c in collections.values()]
     if len(set(tables)) != len(tables):
         raise FeedsConfigError("two collection short names map to the same table; rename one")
@@ -208,7 +254,10 @@ def parse(data: dict) -> FeedsConfig:
     profiles = data.get("profiles", [DEFAULT_PROFILE_NSID])
     if not isinstance(profiles, list) or not all(isinstance(p, str) and is_valid_nsid(p) for p in profiles):
         raise FeedsConfigError("profiles must be a list of NSIDs")
-    return FeedsConfig(namespace, collections, feeds, tuple(profiles))
+    actors = data.get("actors", [])
+    if not isinstance(actors, list) or not all(isinstance(a, str) and is_valid_did(a) for a in actors):
+        raise FeedsConfigError("actors must be a list of DIDs")
+    return FeedsConfig(namespace, collections, feeds, tuple(profiles), tuple(dict.fromkeys(actors)))
 
 
 def load(path: str | None) -> FeedsConfig:
@@ -223,4 +272,7 @@ def load(path: str | None) -> FeedsConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise FeedsConfigError(f"FEATHERREADER_CONFIG: {path} is not valid TOML: {exc}") from None
-    return parse(data)
+    try:
+        return parse(data)
+    except FeedsConfigError as exc:
+        raise FeedsConfigError(f"{path}: {exc}") from None

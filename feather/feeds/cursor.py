@@ -14,6 +14,11 @@ from typing import Any
 from feather.parsing import loads_limited
 
 MAX_CURSOR_CHARS = 4096
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1  # what a bound parameter can hold on both databases
+
+
+def _int64(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,11 @@ def decode(text: str | None, kind: str) -> Cursor | None:
     if not isinstance(body, dict) or body.get("k") != kind:
         return None
     t, u = body.get("t"), body.get("u")
-    if not isinstance(t, int) or isinstance(t, bool) or not isinstance(u, str):
-        return None
+    if not _int64(t) or not isinstance(u, str):
+        return None  # out of range would fail as a SQL parameter: a bad cursor means page one
     v = body.get("v")
     if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
+        return None
+    if isinstance(v, int) and not _int64(v) or isinstance(v, float) and v != v:
         return None
     return Cursor(t, u, kind, v, "v" in body)

@@ -66,8 +66,12 @@ def prune_actor(actor: str, caps: dict[str, int]) -> int:
     return deleted
 
 
-def sweep(caps: dict[str, int], cursor: str | None, budget: int) -> SweepResult:
-    """Contrail's sweepFeedItems: up to `budget` actors after `cursor`; a full page is not done."""
+def sweep(caps: dict[str, int], cursor: str | None, budget: int, served: set[str] | None = None) -> SweepResult:
+    """Contrail's sweepFeedItems: up to `budget` actors after `cursor`; a full page is not done.
+
+    With `served` (FEED_SERVE is not `all`), an actor outside it loses its whole timeline."""
+    from feather.feeds.storage import drop_unserved_feed
+
     if not caps or budget <= 0:
         return SweepResult(0, None, True)
     sql, params = actors_page_sql(cursor, budget)
@@ -78,7 +82,10 @@ def sweep(caps: dict[str, int], cursor: str | None, budget: int) -> SweepResult:
     for start in range(0, len(actors), SWEEP_BATCH_ACTORS):
         with db.atomic():
             for actor in actors[start:start + SWEEP_BATCH_ACTORS]:
-                pruned += prune_actor(actor, caps)
+                if served is not None and actor not in served:
+                    pruned += drop_unserved_feed(actor)
+                else:
+                    pruned += prune_actor(actor, caps)
     done = len(actors) < budget
     return SweepResult(pruned, None if done else actors[-1], done)
 
@@ -107,9 +114,9 @@ def save_cursor(cursor: str | None) -> None:
     db.execute_sql(_q("UPDATE feed_prune_state SET actor = ? WHERE id = 1"), (cursor,))
 
 
-def run_slice(caps: dict[str, int], budget: int) -> SweepResult:
+def run_slice(caps: dict[str, int], budget: int, served: set[str] | None = None) -> SweepResult:
     """Contrail's runFeedPruneSlice: load the cursor, sweep one slice, save where it stopped."""
-    result = sweep(caps, load_state().cursor, budget)
+    result = sweep(caps, load_state().cursor, budget, served)
     with db.atomic():
         save_cursor(result.next_cursor)
     return result
@@ -127,8 +134,8 @@ def run_gated_prune(config: FeedsConfig, settings, feed_touched: bool, now_ms: i
     return _slice_and_stamp(caps, settings, now_ms)
 
 
-def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int) -> SweepResult:
-    result = run_slice(caps, settings.feed_prune_sweep_actors)
+def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, served: set[str] | None = None) -> SweepResult:
+    result = run_slice(caps, settings.feed_prune_sweep_actors, served)
     with db.atomic():
         db.execute_sql(_q("UPDATE feed_prune_state SET last_slice_ms = ? WHERE id = 1"), (now_ms,))
         if result.done:
@@ -156,7 +163,16 @@ def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> Swee
         if dirty_due:
             # Cleared before the slice: a batch committing meanwhile sets it again for the next tick.
             db.execute_sql("UPDATE feed_prune_state SET dirty = 0 WHERE id = 1")
-    result = _slice_and_stamp(caps, settings, now_ms)
+    served = None
+    if settings.feed_serve != "all":
+        from feather.feeds import admission, storage
+
+        served = admission.served_set(config)
+    result = _slice_and_stamp(caps, settings, now_ms, served)
+    if served is not None:
+        records_sweep = storage.sweep_slice(config, settings.feed_prune_sweep_actors)
+        if records_sweep.removed:
+            log.info("feeds records sweep: %d records nobody needs removed", records_sweep.removed)
     if result.pruned:
         log.info("feeds prune: %d rows over cap deleted (pass %s)", result.pruned,
                  "complete" if result.done else f"continues after {result.next_cursor}")

@@ -63,12 +63,12 @@ def _filters(c: Collection, params: Mapping[str, str]) -> tuple[list[str], list]
         if q.range:
             for suffix, op in (("Min", ">="), ("Max", "<=")):
                 value = params.get(q.param + suffix)
-                if value is not None:
+                if value:
                     where.append(f"{expr} {op} ?")
                     values.append(value)
         else:
             value = params.get(q.param)
-            if value is not None:
+            if value:  # `?text=` filters nothing (Contrail), rather than matching only empty strings
                 where.append(f"{expr} = ?")
                 values.append(value)
     return where, values
@@ -122,7 +122,11 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
         out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if sort_field else None,
                                        with_v=sort_field is not None)
     if params.get("profiles") == "true":
-        out["profiles"] = profiles(config, [row[2] for row in rows])
+        from flask import current_app
+
+        from feather.feeds.identities import profiles_for
+
+        out["profiles"] = profiles_for(current_app._get_current_object(), config, [row[2] for row in rows])
     return out
 
 

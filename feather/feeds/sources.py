@@ -26,6 +26,16 @@ class FeedSources(Protocol):
     def signing_key(self, did: str):
         """did's `#atproto` signing key (a cryptography EllipticCurvePublicKey), or None."""
 
+    def list_recent(self, did: str, collection: str, limit: int, deadline: float) -> list[tuple[str, str | None, dict]]:
+        """(rkey, cid, record) of did's newest `limit` records in collection (the PDS lists newest
+        first). Raises SourceError."""
+
+    def get_record(self, did: str, collection: str, rkey: str) -> tuple[str | None, dict] | None:
+        """(cid, record) or None when the record does not exist. Raises SourceError."""
+
+    def verified_handle(self, did: str) -> str | None:
+        """did's handle when it verifies both ways, else None. Raises SourceError when unreachable."""
+
 
 class AtprotoSources:
     def __init__(self, app):
@@ -82,6 +92,53 @@ class AtprotoSources:
             return self._resolver().signing_key(did)
         except (IdentityError, NetError):
             return None
+
+
+    def _pds(self, did: str):
+        from feather.atproto.identity import http_client_from_settings
+        from feather.atproto.pds import PdsClient
+
+        return PdsClient(http_client_from_settings(self.app.config["FEATHER"]), self._resolver().pds_endpoint(did))
+
+    def list_recent(self, did: str, collection: str, limit: int, deadline: float):
+        from feather.atproto.identity import IdentityError
+        from feather.atproto.pds import PdsError
+        from feather.net import NetError
+
+        out = []
+        try:
+            for item in self._pds(did).iter_records(did, collection, limit=min(limit, 100), deadline=deadline):
+                uri, value = item.get("uri"), item.get("value")
+                if isinstance(uri, str) and isinstance(value, dict):
+                    out.append((uri.rsplit("/", 1)[-1], item.get("cid"), value))
+                if len(out) >= limit:
+                    break
+        except (IdentityError, PdsError, NetError) as exc:
+            raise SourceError(f"{type(exc).__name__}: {exc}") from None
+        return out
+
+    def get_record(self, did: str, collection: str, rkey: str):
+        from feather.atproto.identity import IdentityError
+        from feather.atproto.pds import BadRequest, PdsError, RecordNotFound
+        from feather.net import NetError
+
+        try:
+            data = self._pds(did).get_record(did, collection, rkey)
+        except (RecordNotFound, BadRequest):
+            return None  # the reference PDS answers a missing record with 400 RecordNotFound
+        except (IdentityError, PdsError, NetError) as exc:
+            raise SourceError(f"{type(exc).__name__}: {exc}") from None
+        value = data.get("value")
+        return (data.get("cid"), value) if isinstance(value, dict) else None
+
+    def verified_handle(self, did: str):
+        from feather.atproto.identity import IdentityError
+        from feather.net import NetError
+
+        try:
+            return self._resolver().resolve_identity(did).handle
+        except (IdentityError, NetError) as exc:
+            raise SourceError(f"{type(exc).__name__}: {exc}") from None
 
 
 def sources_for(app) -> FeedSources:

@@ -11,7 +11,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
-from feather.feeds import backfill, budget, hybrid, query, schema
+from feather.feeds import admission, authors, backfill, budget, hybrid, query, schema
 from feather.feeds.config import FeedsConfig
 from feather.feeds.sources import sources_for
 
@@ -59,6 +59,7 @@ def get_feed():
     did = _resolve(actor, charged=True)
     if issuer is not None and issuer != did:
         raise ApiError(403, "Forbidden", "feed actor must match the service-auth issuer")
+    admission.admit_reader(config, settings, did)  # FEED_SERVE: served, newly served, or refused
     app = current_app._get_current_object()
     backfill.maybe_start(app, config, feed, did, admit=lambda: budget.spend(app, request.remote_addr))
     wanted = request.args.get("collection")
@@ -90,7 +91,10 @@ def list_records(short: str):
     config = _config()
     collection = config.collections[short]
     author = request.args.get("actor") or request.args.get("did")
-    did = _resolve(author) if author else None
+    did = _resolve(author, charged=True) if author else None
+    if did is not None:  # Contrail's 3 s author backfill, paid from the same budget as getFeed's
+        app = current_app._get_current_object()
+        authors.backfill_listing(app, collection, did, admit=lambda: budget.spend(app, request.remote_addr))
     params = {k: v for k, v in request.args.items() if k not in ("actor", "did")}
     return jsonify(query.run(config, collection, params, query.collection_source(collection, did)))
 
@@ -113,6 +117,10 @@ def get_record(short: str):
         found = query.get_record(collection, f"at://{did}/{parsed.collection}/{parsed.rkey}")
     if found is None:
         raise ApiError(404, "RecordNotFound", "Record not found")
+    if request.args.get("profiles") == "true":
+        from feather.feeds.identities import profiles_for
+
+        found["profiles"] = profiles_for(current_app._get_current_object(), config, [found["did"]])
     return jsonify(found)
 
 
@@ -125,8 +133,20 @@ def make_blueprint(config: FeedsConfig) -> Blueprint:
     if config.feeds:
         bp.add_url_rule(f"/xrpc/{ns}.getFeed", "get_feed", get_feed, methods=["GET"])
     for short in config.collections:
-        bp.add_url_rule(f"/xrpc/{ns}.{short}.listRecords", f"list_records_{short}", list_records,
-                        methods=["GET"], defaults={"short": short})
-        bp.add_url_rule(f"/xrpc/{ns}.{short}.getRecord", f"get_record_{short}", get_record,
-                        methods=["GET"], defaults={"short": short})
+        methods = config.methods_of(short)  # follow and profile collections: none unless configured
+        if "listRecords" in methods:
+            bp.add_url_rule(f"/xrpc/{ns}.{short}.listRecords", f"list_records_{short}", list_records,
+                            methods=["GET"], defaults={"short": short})
+        if "getRecord" in methods:
+            bp.add_url_rule(f"/xrpc/{ns}.{short}.getRecord", f"get_record_{short}", get_record,
+                            methods=["GET"], defaults={"short": short})
+    bp.before_request(_refuse_long_urls)
     return bp
+
+
+MAX_URL_BYTES = 4096  # gunicorn.conf.py lets lines up to 8190 through so this answers in XRPC JSON
+
+
+def _refuse_long_urls():
+    if len(request.full_path.encode()) > MAX_URL_BYTES:
+        raise ApiError(414, "InvalidRequest", f"The URL is longer than {MAX_URL_BYTES} bytes.")

@@ -1,0 +1,180 @@
+"""Authors fetched from their own PDS: a newly followed author, and `listRecords?actor=`.
+
+Under admission the stream only ever brought a newly followed author's records if someone
+served already followed them, so a follow alone would leave the follower's timeline without the
+author's past posts. Ingest therefore queues the author (feed_fetches, in the batch's
+transaction) and `fetch_tick` (the `feeds-fetch` job, every FETCH_TICK_SECS) lists their newest
+target records and their profile through the guarded client, stores them without overwriting
+what the stream stored, and copies the newest `followBackfill` of them into every follower's
+feed: the same rows live fan-out and a follow backfill would have made.
+
+Network calls run in greenlets with no transaction open; each author's writes are one short
+transaction afterwards. A failed author is retried with backoff, then given up (marked done).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+from gevent.pool import Pool
+
+from feather.db import current_dialect, db
+from feather.feeds import fanout, records
+from feather.feeds.config import Collection, FeedsConfig
+from feather.feeds.schema import subject_expr
+from feather.feeds.sources import SourceError, sources_for
+
+log = logging.getLogger(__name__)
+
+ALL_COLLECTIONS = "*"
+FETCH_TICK_SECS = 2.0
+FETCH_BATCH = 16  # authors per tick: a first read of 1,000 follows drains in about two minutes
+FETCH_CONCURRENCY = 4
+FETCH_TIMEOUT_S = 10.0
+MAX_ATTEMPTS = 5
+RETRY_BASE_US = 30_000_000
+LIST_DEADLINE_S = 3.0  # Contrail's on-demand listRecords?actor= backfill deadline
+LIST_LIMIT = 100
+LIST_TTL_US = 300_000_000  # an author listed this recently is served from the store
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+def request(dids) -> int:
+    """Queue authors for a fetch (inside the caller's transaction). One already queued or fetched
+    is left alone; the records sweep forgets an author when it drops their records."""
+    now = records.now_us()
+    sql = _q("INSERT INTO feed_fetches (did, collection, requested_us) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+    return sum(db.execute_sql(sql, (did, ALL_COLLECTIONS, now)).rowcount for did in sorted(set(dids)))
+
+
+def pending_sql():
+    return ("SELECT did, attempts FROM feed_fetches WHERE fetched_us IS NULL AND requested_us <= ?"
+            " ORDER BY requested_us LIMIT ?")
+
+
+def followers_sql(config: FeedsConfig, follow_table: str) -> str:
+    return f"SELECT r.did FROM {follow_table} r WHERE {subject_expr('r')} = ?"
+
+
+# --- what to fetch -----------------------------------------------------------------------------
+
+def plan(config: FeedsConfig) -> list[tuple[Collection, int]]:
+    """(collection, how many newest records) for a newly followed author: each target's largest
+    follow backfill, and each stored profile collection (its `self` record)."""
+    wanted: dict[str, int] = {}
+    for feed in config.feeds.values():
+        for t in feed.targets:
+            wanted[t.short] = max(wanted.get(t.short, 0), min(feed.follow_backfill, t.cap))
+    out = [(config.collections[short], n) for short, n in sorted(wanted.items())]
+    out += [(c, 0) for nsid in config.profiles if (c := config.by_nsid(nsid)) is not None and c.short not in wanted]
+    return out
+
+
+def _fetch(sources, config: FeedsConfig, did: str) -> tuple[str, list | None, str | None]:
+    """Network only: (did, [(collection, [(rkey, cid, record)])] or None, error)."""
+    got = []
+    try:
+        with gevent.Timeout(FETCH_TIMEOUT_S, SourceError(f"fetch exceeded {FETCH_TIMEOUT_S:.0f}s")):
+            deadline = time.monotonic() + FETCH_TIMEOUT_S
+            for c, n in plan(config):
+                if n:
+                    got.append((c, sources.list_recent(did, c.nsid, n, deadline)))
+                else:
+                    found = sources.get_record(did, c.nsid, "self")
+                    got.append((c, [("self", found[0], found[1])] if found else []))
+    except SourceError as exc:
+        return did, None, str(exc) or type(exc).__name__
+    return did, got, None
+
+
+def _store(c: Collection, did: str, items, now: int) -> int:
+    added = 0
+    for rkey, cid, record in items:
+        if isinstance(rkey, str) and isinstance(record, dict):
+            added += records.store_if_absent(c, uri=f"at://{did}/{c.nsid}/{rkey}", did=did, rkey=rkey, cid=cid,
+                                             record=record, time_us=records.record_time_us(record, now))
+    return added
+
+
+def fan_in(config: FeedsConfig, did: str) -> int:
+    """Copy the author's newest stored records into every follower's feed (follow backfill rows)."""
+    inserted = 0
+    for feed in config.feeds.values():
+        table = config.collections[feed.follow].table
+        followers = [row[0] for row in db.execute_sql(_q(followers_sql(config, table)), (did,)).fetchall()]
+        for follower in followers:
+            for i in range(len(feed.targets)):
+                sql, params = fanout.follow_backfill_sql(config, feed, i, follower, did)
+                inserted += db.execute_sql(_q(sql), params).rowcount
+    return inserted
+
+
+def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
+    """Fetch up to FETCH_BATCH queued authors; returns how many were fetched."""
+    from feather.feeds.apply import mark_dirty
+
+    now_us = records.now_us() if now_us is None else now_us
+    due = db.execute_sql(_q(pending_sql()), (now_us, FETCH_BATCH)).fetchall()
+    if not due:
+        return 0
+    attempts = {did: n for did, n in due}
+    sources = sources_for(app)
+    def fetch(did):
+        with app.app_context():  # a greenlet does not inherit the job's context
+            try:
+                return _fetch(sources, config, did)
+            except Exception as exc:  # one odd author must not stall the queue: retried, then given up
+                log.exception("feeds: fetching %s failed unexpectedly", did)
+                return did, None, f"{type(exc).__name__}: {exc}"
+    results = Pool(FETCH_CONCURRENCY).map(fetch, list(attempts))
+    done = 0
+    for did, got, error in results:
+        with db.atomic():
+            if got is None:
+                n = attempts[did] + 1
+                log.info("feeds: fetching %s failed (attempt %d): %s", did, n, error)
+                give_up = n >= MAX_ATTEMPTS
+                db.execute_sql(_q("UPDATE feed_fetches SET attempts = ?, requested_us = ?, fetched_us = ?"
+                                  " WHERE did = ? AND collection = ?"),
+                               (n, now_us + RETRY_BASE_US * 2 ** n, now_us if give_up else None, did, ALL_COLLECTIONS))
+                continue
+            for c, items in got:
+                _store(c, did, items, now_us)
+            if fan_in(config, did):
+                mark_dirty()
+            db.execute_sql(_q("UPDATE feed_fetches SET fetched_us = ? WHERE did = ? AND collection = ?"),
+                           (now_us, did, ALL_COLLECTIONS))
+            done += 1
+    return done
+
+
+# --- listRecords?actor= ---------------------------------------------------------------------------
+
+def backfill_listing(app, c: Collection, did: str, admit=None) -> bool:
+    """Contrail's on-demand author backfill: the author's newest records in c from their PDS, under a
+    LIST_DEADLINE_S deadline and no retry, at most once per LIST_TTL_US. True when it fetched.
+    admit() is called just before the fetch (the anonymous-read budget; it raises to refuse)."""
+    now = records.now_us()
+    row = db.execute_sql(_q("SELECT fetched_us FROM feed_fetches WHERE did = ? AND collection = ?"),
+                         (did, c.nsid)).fetchone()
+    if row is not None and row[0] is not None and now - row[0] < LIST_TTL_US:
+        return False
+    if admit is not None:
+        admit()
+    sources = sources_for(app)
+    try:
+        with gevent.Timeout(LIST_DEADLINE_S, SourceError("listing exceeded the deadline")):
+            items = sources.list_recent(did, c.nsid, LIST_LIMIT, time.monotonic() + LIST_DEADLINE_S)
+    except SourceError as exc:
+        log.info("feeds: listRecords backfill of %s %s failed: %s", did, c.nsid, exc)
+        return False  # serve what is stored; the next read tries again
+    with db.atomic():
+        _store(c, did, items, now)
+        db.execute_sql(_q("INSERT INTO feed_fetches (did, collection, requested_us, fetched_us) VALUES (?, ?, ?, ?)"
+                          " ON CONFLICT (did, collection) DO UPDATE SET fetched_us = excluded.fetched_us"),
+                       (did, c.nsid, now, now))
+    return True

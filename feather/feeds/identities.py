@@ -1,0 +1,132 @@
+"""`profiles=true`: verified handles and profile records for the authors a read returns.
+
+A handle is only shown once it verifies both ways (DID document → handle → the same DID); it is
+kept in feed_identities for HANDLE_TTL_US and forgotten early when the stream says the DID's
+identity changed. A profile record the store lacks (an author whose profile never came by on
+the stream) is fetched from the author's PDS and stored; a miss is remembered for
+PROFILE_TTL_US so a profile-less account does not cost a lookup on every read. Each read does
+at most MAX_LOOKUPS network lookups, concurrently, under LOOKUP_DEADLINE_S; what does not make
+it answers `handle: null` (or no profile) this time and is looked up on a later read. Network
+first, then one short transaction: a transaction never waits on a PDS.
+"""
+from __future__ import annotations
+
+import logging
+
+from gevent.pool import Pool
+
+from feather.db import current_dialect, db
+from feather.feeds import records
+from feather.feeds.config import FeedsConfig
+from feather.feeds.sources import SourceError, sources_for
+
+log = logging.getLogger(__name__)
+
+HANDLE_TTL_US = 24 * 3_600_000_000
+PROFILE_TTL_US = 3_600_000_000
+MAX_LOOKUPS = 10
+LOOKUP_CONCURRENCY = 5
+LOOKUP_DEADLINE_S = 3.0
+
+
+def _q(sql: str) -> str:
+    return current_dialect().q(sql)
+
+
+def forget_handles(dids) -> None:
+    """An identity event: the handle may have changed, so the next read re-verifies it."""
+    sql = _q("UPDATE feed_identities SET handle_checked_us = 0 WHERE did = ?")
+    for did in sorted(set(dids)):
+        db.execute_sql(sql, (did,))
+
+
+def _known(dids: list[str]) -> dict[str, tuple]:
+    rows = records._uri_in("SELECT did, handle, handle_checked_us, profile_checked_us FROM feed_identities"
+                           " WHERE did IN", dids)
+    return {row[0]: (row[1], row[2], row[3]) for row in rows}
+
+
+def _profile_collections(config: FeedsConfig):
+    return [c for nsid in config.profiles if (c := config.by_nsid(nsid)) is not None]
+
+
+def hydrate(app, config: FeedsConfig, dids: list[str], now: int | None = None) -> dict[str, str | None]:
+    """{did: verified handle or None}, after fetching (bounded) what is missing or stale."""
+    now = records.now_us() if now is None else now
+    dids = list(dict.fromkeys(dids))
+    known = _known(dids)
+    stored_profiles: set[str] = set()
+    profile_colls = _profile_collections(config)
+    for c in profile_colls:
+        found = records.load_many(c, [f"at://{d}/{c.nsid}/self" for d in dids])
+        stored_profiles.update(uri.split("/")[2] for uri in found)
+    work: list[tuple[str, str]] = []
+    for did in dids:
+        handle, handle_at, profile_at = known.get(did, (None, 0, 0))
+        if now - handle_at >= HANDLE_TTL_US:
+            work.append(("handle", did))
+        if profile_colls and did not in stored_profiles and now - profile_at >= PROFILE_TTL_US:
+            work.append(("profile", did))
+    work = work[:MAX_LOOKUPS]
+    results = _lookup(app, profile_colls, work) if work else {}
+    if results:
+        with db.atomic():
+            _save(profile_colls, results, known, now)
+    handles = {did: known.get(did, (None,))[0] for did in dids}
+    handles.update({did: value for (kind, did), value in results.items() if kind == "handle"})
+    return handles
+
+
+def _lookup(app, profile_colls, work) -> dict:
+    """Network only: {(kind, did): handle | [(collection, cid, record)]}; failures are left out."""
+    sources = sources_for(app)
+    results: dict = {}
+
+    def one(item):
+        with app.app_context():  # a greenlet does not inherit the request's context
+            _one(item)
+
+    def _one(item):
+        kind, did = item
+        try:
+            if kind == "handle":
+                results[item] = sources.verified_handle(did)
+            else:
+                found = []
+                for c in profile_colls:
+                    got = sources.get_record(did, c.nsid, "self")
+                    if got is not None:
+                        found.append((c, got[0], got[1]))
+                results[item] = found
+        except SourceError as exc:
+            log.info("feeds: %s lookup of %s failed: %s", kind, did, exc)
+
+    pool = Pool(LOOKUP_CONCURRENCY)
+    for item in work:
+        pool.spawn(one, item)
+    if not pool.join(timeout=LOOKUP_DEADLINE_S):
+        pool.kill(block=False)  # what did not finish is looked up on a later read
+    return dict(results)
+
+
+def _save(profile_colls, results: dict, known: dict, now: int) -> None:
+    upsert_handle = _q("INSERT INTO feed_identities (did, handle, handle_checked_us) VALUES (?, ?, ?)"
+                       " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle,"
+                       " handle_checked_us = excluded.handle_checked_us")
+    upsert_profile = _q("INSERT INTO feed_identities (did, profile_checked_us) VALUES (?, ?)"
+                        " ON CONFLICT (did) DO UPDATE SET profile_checked_us = excluded.profile_checked_us")
+    for (kind, did), value in sorted(results.items()):
+        if kind == "handle":
+            db.execute_sql(upsert_handle, (did, value, now))
+            continue
+        db.execute_sql(upsert_profile, (did, now))
+        for c, cid, record in value:
+            records.store_if_absent(c, uri=f"at://{did}/{c.nsid}/self", did=did, rkey="self", cid=cid,
+                                    record=record, time_us=records.record_time_us(record, now))
+
+
+def profiles_for(app, config: FeedsConfig, dids: list[str]) -> list[dict]:
+    from feather.feeds import query
+
+    handles = hydrate(app, config, dids)
+    return query.profiles(config, dids, handle_of=handles.get)

@@ -1,0 +1,153 @@
+"""Admission (FEED_SERVE): only what matters to a served actor is stored; the rest never reaches SQL."""
+from __future__ import annotations
+
+import pytest
+
+from feather.db import db
+from tests.fixtures.feeds.feedkit import (
+    BASE_US, FOLLOW, POST, PROFILE, FakeSources, cid_of, feed_uris, feeds_app, follow, ingest, iso, post, rows,
+    toml, unfollow,
+)
+
+A, B, C, D = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc", "did:plc:dddd"
+
+
+def served_app(make_app, tmp_path, actors=(A,), serve="signed-in", sources=None, **settings):
+    extra = "actors = [" + ", ".join(f'"{a}"' for a in actors) + "]\n"
+    # `actors` is a top-level key: put it before the first table.
+    return feeds_app(make_app, tmp_path, extra + toml(), sources=sources or FakeSources(), FEED_SERVE=serve,
+                     **settings)
+
+
+def global_handler(app):
+    from feather import features
+    from feather.jetstream.subscriptions import merge
+
+    (sub,) = [s for s in merge(features.subscriptions(app.config["FEATHER"])) if s.name == "global"]
+    return sub.handlers[0].apply_batch
+
+
+def run(app, handler, events):
+    with app.app_context(), db.connection_context(), db.atomic():
+        handler(list(events))
+
+
+class Counting:
+    """Counts every statement the app runs (peewee's execute_sql is the one door to the database)."""
+
+    def __init__(self, monkeypatch):
+        self.sql: list[str] = []
+        real = db.obj.execute_sql
+        monkeypatch.setattr(db.obj, "execute_sql", lambda sql, params=None, *a, **k: (
+            self.sql.append(sql), real(sql, params, *a, **k))[1])
+
+
+def test_an_unrelated_authors_post_runs_no_sql_and_stores_nothing(make_app, tmp_path, monkeypatch):
+    app = served_app(make_app, tmp_path)
+    handler = global_handler(app)
+    run(app, handler, [follow(A, "f1", C)])  # loads the filter and admits C
+    with app.app_context(), db.connection_context():
+        counting = Counting(monkeypatch)
+        with db.atomic():
+            handler([post(D, "d1", BASE_US + 1), post(B, "b1", BASE_US + 2)])
+        seen = list(counting.sql)
+    assert [s for s in seen if s.split()[0] not in ("BEGIN", "COMMIT")] == []
+    assert rows(app, "SELECT did FROM feed_records_post") == []
+
+
+def test_a_followees_post_in_the_same_batch_as_the_follow_is_admitted(make_app, tmp_path):
+    app = served_app(make_app, tmp_path)
+    run(app, global_handler(app), [follow(A, "f1", C), post(C, "c1", BASE_US + 1), post(D, "d1", BASE_US + 2)])
+    assert feed_uris(app, A) == [f"at://{C}/{POST}/c1"]
+    assert rows(app, "SELECT did FROM feed_records_post") == [(C,)]
+
+
+def test_follows_by_unserved_actors_are_dropped_and_served_actors_own_records_kept(make_app, tmp_path):
+    from tests.fixtures.feeds.feedkit import create
+
+    app = served_app(make_app, tmp_path)
+    run(app, global_handler(app), [follow(B, "f1", C), post(A, "a1", BASE_US + 1),
+                                   create(A, PROFILE, "self", {"displayName": "Ada"})])
+    assert rows(app, "SELECT did FROM feed_records_follow") == []
+    assert rows(app, "SELECT did FROM feed_records_post") == [(A,)]
+    assert rows(app, "SELECT did FROM feed_records_profile") == [(A,)]
+
+
+def test_all_admits_everything(make_app, tmp_path):
+    app = served_app(make_app, tmp_path, serve="all")
+    run(app, global_handler(app), [follow(B, "f1", C), post(D, "d1", BASE_US + 1)])
+    assert rows(app, "SELECT did FROM feed_records_follow") == [(B,)]
+    assert rows(app, "SELECT did FROM feed_records_post") == [(D,)]
+
+
+def test_a_sign_in_serves_the_account_from_the_next_batch(make_app, tmp_path):
+    app = served_app(make_app, tmp_path, actors=())
+    handler = global_handler(app)
+    run(app, handler, [follow(B, "f1", C)])
+    assert rows(app, "SELECT did FROM feed_records_follow") == []
+    with app.app_context(), db.connection_context():
+        for hook in app.extensions["sign_in_hooks"]:
+            hook(B)
+    handler.admission.checked_at = float("-inf")  # the next batch re-reads the version now
+    run(app, handler, [follow(B, "f2", D), post(D, "d1", BASE_US + 1)])
+    assert rows(app, "SELECT did, source FROM feed_actors") == [(B, "signed-in")]
+    assert feed_uris(app, B) == [f"at://{D}/{POST}/d1"]
+
+
+def test_accounts_that_signed_in_before_are_served(make_app, tmp_path):
+    app = served_app(make_app, tmp_path, actors=())
+    with app.app_context(), db.connection_context():
+        db.execute_sql("INSERT INTO auth_grant (did, kind, pds_url, access_enc, refresh_enc, expires_at,"
+                       " created_at, updated_at) VALUES (?, 'password', 'https://pds.example', 'x', 'y', 0, 0, 0)"
+                       .replace("?", "'" + B + "'"))
+    run(app, global_handler(app), [follow(B, "f1", C)])
+    assert rows(app, "SELECT did FROM feed_records_follow") == [(B,)]
+
+
+def test_an_unfollow_stops_admitting_the_author_after_the_rebuild(make_app, tmp_path):
+    app = served_app(make_app, tmp_path)
+    handler = global_handler(app)
+    run(app, handler, [follow(A, "f1", C)])
+    run(app, handler, [unfollow(A, "f1", at_us=BASE_US + 5)])
+    handler.admission.checked_at = float("-inf")
+    run(app, handler, [post(C, "c1", BASE_US + 10)])
+    assert rows(app, "SELECT did FROM feed_records_post") == []
+
+
+def test_a_new_follow_fetches_the_authors_newest_posts_into_the_feed(make_app, tmp_path):
+    from feather.feeds import authors
+
+    repo = [(f"p{i}", None, {"$type": POST, "text": f"p{i}", "createdAt": iso(BASE_US - i)}) for i in range(3)]
+    sources = FakeSources(repos={(C, POST): repo, (C, PROFILE): [("self", "bafyp", {"displayName": "Cy"})]})
+    app = served_app(make_app, tmp_path, sources=sources)
+    run(app, global_handler(app), [follow(A, "f1", C, at_us=BASE_US + 100)])
+    assert rows(app, "SELECT did, collection, fetched_us FROM feed_fetches") == [(C, "*", None)]
+    with app.app_context(), db.connection_context():
+        assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
+    assert feed_uris(app, A) == [f"at://{C}/{POST}/p0", f"at://{C}/{POST}/p1", f"at://{C}/{POST}/p2"]
+    assert rows(app, "SELECT uri FROM feed_records_profile") == [(f"at://{C}/{PROFILE}/self",)]
+    with app.app_context(), db.connection_context():
+        assert authors.fetch_tick(app, app.extensions["feeds"]) == 0  # done: not fetched twice
+
+
+@pytest.mark.parametrize("serve, status, error", [("signed-in", 403, "NotServed"), ("readers", 200, None)])
+def test_get_feed_of_an_unserved_actor(make_app, tmp_path, serve, status, error):
+    app = served_app(make_app, tmp_path, serve=serve)
+    response = app.test_client().get(f"/xrpc/com.example.getFeed?feed=timeline&actor={B}")
+    from tests.fixtures.feeds.feedkit import join_backfills
+
+    join_backfills(app)
+    assert response.status_code == status
+    assert (response.json.get("error") if error else None) == error
+    assert rows(app, "SELECT did FROM feed_actors") == ([] if error else [(B,)])
+
+
+def test_readers_past_the_cap_are_refused(make_app, tmp_path):
+    from tests.fixtures.feeds.feedkit import join_backfills
+
+    app = served_app(make_app, tmp_path, serve="readers", FEED_SERVE_MAX_ACTORS=2)
+    client = app.test_client()
+    codes = [client.get(f"/xrpc/com.example.getFeed?feed=timeline&actor={did}").status_code for did in (B, C, D, B)]
+    join_backfills(app)
+    assert codes == [200, 200, 503, 200]  # B is still served: only new readers wait
+
