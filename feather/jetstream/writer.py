@@ -44,8 +44,16 @@ class BatchWriter:
         from feather.db import db
 
         last_save = 0.0
+        unsaved = False  # an applied cursor not on disk yet
+        self._close_db()  # after a supervised restart: start from a fresh connection
         while True:
             batch = self._next_batch()
+            if not batch and unsaved and not self.stopping.is_set():
+                # The stream went quiet right after a batch the once-a-second rule did not save:
+                # save now, so /health and a restart see the last applied position.
+                unsaved = not self._save_idle_cursor()
+                if not unsaved:
+                    last_save = time.monotonic()
             if batch:
                 now = time.monotonic()
                 last = batch[-1]
@@ -57,12 +65,15 @@ class BatchWriter:
                     db.connect(reuse_if_open=True)
                     with self.app.app_context():
                         store.apply_batch(self.sub, batch, newest if save else None)
-                except Exception:
+                except Exception as exc:
                     # Nothing was committed; reconnect from the last applied cursor and replay.
+                    self.generation += 1  # before anything yields: the reader must not queue more
                     self._close_db()
                     self.stats["batch_failures"] += 1
-                    log.exception("jetstream %s: applying a batch of %d failed; replaying", self.sub.name, len(batch))
-                    self.generation += 1  # before anything yields: the reader must not queue more
+                    # Logged with its traceback once per streak: a batch that fails on every replay
+                    # would otherwise fill the log.
+                    self.writer_piece.failed(exc, f"applying a batch of {len(batch)} events; nothing of it "
+                                                  "was committed, replaying from the last applied cursor")
                     self._drain_queue()
                     self.high_water = None  # what was queued is gone: take the replay in full
                     self._close_socket()
@@ -70,9 +81,13 @@ class BatchWriter:
                     continue
                 if save:
                     last_save = now
+                unsaved = not save
                 self.cursor = newest if self.cursor is None else store.Cursor(
                     max(self.cursor.time_us, newest.time_us), newest.seq or self.cursor.seq)
                 self.stats["applied"] += len(batch)
+                self.obs.applied(len(batch), newest.time_us)
+                if self.writer_piece.streak:
+                    self.writer_piece.recovered()
                 yield_to_io()
             elif self.stopping.is_set():
                 self._flush_cursor()
@@ -88,6 +103,19 @@ class BatchWriter:
                 db.close()
         except Exception:  # a broken connection is what we are getting rid of
             pass
+
+    def _save_idle_cursor(self) -> bool:
+        from feather.db import db
+
+        try:
+            db.connect(reuse_if_open=True)
+            with self.app.app_context(), db.atomic():
+                store.save_cursor(self.sub.name, self.cursor)
+            return True
+        except Exception as exc:  # the next batch saves it anyway; say so once
+            self._close_db()
+            self.obs.error(f"could not save the cursor: {exc}")
+            return False
 
     def _flush_cursor(self) -> None:
         """On a clean stop, make sure the last applied cursor is on disk."""
@@ -119,9 +147,7 @@ class BatchWriter:
                     batch.append(self.queue.get(timeout=timeout))
                 except Empty:
                     if deadline is None:
-                        if self.stopping.is_set():
-                            return batch
-                        continue
+                        return batch  # idle: the caller may save the cursor, or stop
                     break
             if deadline is None:
                 deadline = time.monotonic() + BATCH_SECS
