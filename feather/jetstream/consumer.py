@@ -238,9 +238,9 @@ class Stream(BatchWriter):
                 continue
             try:
                 if QUEUE_FULL_GRACE_SECS > 0:
-                    self.queue.put(event, timeout=QUEUE_FULL_GRACE_SECS)
+                    self.queue.put((generation, event), timeout=QUEUE_FULL_GRACE_SECS)
                 else:
-                    self.queue.put_nowait(event)
+                    self.queue.put_nowait((generation, event))
             except Full:
                 self.stats["queue_full"] += 1
                 log.warning("jetstream %s: queue full (%d events); dropping the connection to let "

@@ -37,8 +37,22 @@ def yield_to_io() -> None:
         timer.close()
 
 
+def _covers(cursor, failed) -> bool:
+    if failed is None or cursor is None:
+        return True
+    if failed.seq is not None and cursor.seq is not None:
+        return cursor.seq >= failed.seq
+    return cursor.time_us >= failed.time_us
+
+
 class BatchWriter:
-    """Mixed into Stream, which owns the queue, the flags, the socket and the counters."""
+    """Mixed into Stream, which owns the queue, the flags, the socket and the counters.
+
+    The queue holds (generation, event): an event queued under an older generation (before a
+    batch failed) is dropped by the writer, whatever the order the greenlets ran in.
+    """
+
+    _failed_upto = None  # the newest event of the batch that started the current failure streak
 
     def _write_loop(self) -> None:
         from feather.db import db
@@ -72,6 +86,8 @@ class BatchWriter:
                     self.stats["batch_failures"] += 1
                     # Logged with its traceback once per streak: a batch that fails on every replay
                     # would otherwise fill the log.
+                    if not self.writer_piece.streak:
+                        self._failed_upto = newest
                     self.writer_piece.failed(exc, f"applying a batch of {len(batch)} events; nothing of it "
                                                   "was committed, replaying from the last applied cursor")
                     self._drain_queue()
@@ -86,7 +102,9 @@ class BatchWriter:
                     max(self.cursor.time_us, newest.time_us), newest.seq or self.cursor.seq)
                 self.stats["applied"] += len(batch)
                 self.obs.applied(len(batch), newest.time_us)
-                if self.writer_piece.streak:
+                if self.writer_piece.streak and _covers(self.cursor, self._failed_upto):
+                    # Recovered once the failed batch itself is applied, not when the replayed
+                    # overlap before it is: a batch failing on every replay stays one streak.
                     self.writer_piece.recovered()
                 yield_to_io()
             elif self.stopping.is_set():
@@ -135,7 +153,7 @@ class BatchWriter:
         deadline = None
         while len(batch) < BATCH_EVENTS:
             try:
-                batch.append(self.queue.get_nowait())  # the common case under load: no timer
+                item = self.queue.get_nowait()  # the common case under load: no timer
             except Empty:
                 if deadline is None:
                     timeout = 0.2
@@ -144,11 +162,17 @@ class BatchWriter:
                     if timeout <= 0:
                         break
                 try:
-                    batch.append(self.queue.get(timeout=timeout))
+                    item = self.queue.get(timeout=timeout)
                 except Empty:
                     if deadline is None:
                         return batch  # idle: the caller may save the cursor, or stop
                     break
+            generation, event = item
+            if generation != self.generation:
+                # Queued by a reader that had not yet seen a failed batch (its put completed after
+                # the drain): applying it would move the cursor past the events being replayed.
+                continue
+            batch.append(event)
             if deadline is None:
                 deadline = time.monotonic() + BATCH_SECS
             if self.stopping.is_set() and self.queue.empty():
