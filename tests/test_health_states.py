@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from feather import supervisor
-from feather.db import db
+from feather.db import current_dialect, db
 from feather.jetstream import consumer
 from feather.jetstream.engine import Engine
 from feather.scheduler import Job, guarded
@@ -69,7 +69,7 @@ def test_unreachable_jetstream_keeps_the_service_up_and_health_degraded(make_app
         assert len(body["reasons"]) == 1
         assert body["reasons"][0].startswith(
             f"stream global has not connected to Jetstream (last error: connect to {url} failed: ")
-        assert body["consumers"]["global"]["connected"] is False
+        assert (body["consumers"]["global"]["connected"], body["consumers"]["global"]["host"]) == (False, url)
         assert client.get("/about").status_code == 200  # the web side serves on
         sign_in(app, client, did=OPERATOR, handle="operator.test")
         html = client.get("/admin").get_data(as_text=True)
@@ -166,3 +166,19 @@ def test_admin_page_is_complete_without_javascript(make_app):
     assert "Overall: degraded" in html  # nothing runs the workers in this test
     assert 'hx-get="/admin/status"' in html and 'hx-trigger="every 5s"' in html
     assert "<script>" not in html
+
+
+def test_admin_shows_the_catalogue_and_timeline_figures(make_app):
+    app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR, FEATHERREADER_NETWORK_INDEX=True)
+    with app.app_context(), db.connection_context(), db.atomic():
+        for feed, count in (("https://a.example/feed", 5), ("https://b.example/feed", 4)):
+            db.execute_sql(current_dialect().q("INSERT INTO net_feed_rollup (feed_url, subscriber_count, first_seen,"
+                                               " last_seen) VALUES (?, ?, 1, 1)"), (feed, count))
+        for actor, uri in (("did:plc:a", "at://x/p/1"), ("did:plc:a", "at://x/p/2"), ("did:plc:b", "at://x/p/1")):
+            db.execute_sql(current_dialect().q("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                                               " VALUES (?, ?, 'post', 1)"), (actor, uri))
+    client = app.test_client()
+    sign_in(app, client, did=OPERATOR, handle="operator.test")
+    html = " ".join(client.get("/admin").get_data(as_text=True).split())
+    assert "<dt>Feeds at or over the floor (k = 5)</dt><dd>1</dd>" in html
+    assert "<dt>Actors</dt><dd>2</dd> <dt>Feed rows</dt><dd>3</dd>" in html

@@ -27,7 +27,7 @@ def _require_operator():
 
 def gather() -> dict:
     """Everything the page shows, as plain data (also what a test reads)."""
-    from feather import status
+    from feather import features, status
     from feather.admin import sections
     from feather.verdict import judge
 
@@ -43,7 +43,7 @@ def gather() -> dict:
         "streams": verdict.streams,
         "jobs": verdict.jobs,
         "tasks": verdict.tasks,
-        "catalogue": sections.catalogue(settings, tables),
+        "catalogue": features.operator_status(settings).get("feather.network"),
         "sync": sections.sync(settings, tables),
         "timelines": sections.timelines(tables),
         "database": sections.database(settings),

@@ -1,9 +1,10 @@
-"""The facts on /admin that live in the features' tables, read with plain read-only SQL.
+"""The facts on /admin that live in the sync and timeline tables, read with plain read-only SQL.
 
-The status page is core, not a feature: it reads the catalogue, sync and timeline tables
-directly rather than importing the features (which never import each other, and which it must
-not couple to). Every query is a count or a small aggregate over an indexed column, and each
-section survives its tables being absent (a feature turned off, an older schema).
+The status page is core, not a feature: it reads these tables directly rather than importing
+the features (which never import each other, and which it must not couple to). The catalogue is
+the exception: its tables are read only inside feather/network, which hands /admin its figures
+through the operator_status hook. Every query is a count or a small aggregate, and each section
+survives its tables being absent (a feature turned off, an older schema).
 """
 from __future__ import annotations
 
@@ -18,28 +19,6 @@ def _one(sql: str, params=()):
 
 def _all(sql: str, params=()):
     return db.execute_sql(current_dialect().q(sql), params).fetchall()
-
-
-def catalogue(settings, tables: set[str]) -> dict | None:
-    if "net_subscription" not in tables:
-        return None
-    state = dict(_all("SELECT key, value FROM network_state WHERE key IN (?, ?, ?, ?)",
-                      ("backfill.status", "backfill.result", "backfill.completed_at", "rollup.updated_at")))
-    queue = dict(_all("SELECT state, count(*) FROM net_backfill_queue GROUP BY state"))
-    done, total, failed = queue.get("done", 0) + queue.get("failed", 0), sum(queue.values()), queue.get("failed", 0)
-    if state.get("backfill.result") and not total:  # the queue is emptied when a rebuild completes
-        done, total, failed = (int(x) for x in state["backfill.result"].split("/"))
-    adoption = _one("SELECT max(value), max(observed_at) FROM network_stat")
-    return {
-        "indexing": settings.featherreader_network_index,
-        "rows": _one("SELECT count(*) FROM net_subscription")[0],
-        "feeds_over_floor": _one("SELECT count(*) FROM net_feed_rollup WHERE subscriber_count >= ?",
-                                 (settings.featherreader_net_k,))[0],
-        "k": settings.featherreader_net_k,
-        "rebuild": {"status": state.get("backfill.status") or "never", "done": done, "total": total,
-                    "failed": failed},
-        "adoption": adoption[0], "adoption_observed_at": adoption[1],
-    }
 
 
 def sync(settings, tables: set[str], now: int | None = None) -> dict | None:

@@ -38,7 +38,6 @@ QUEUE_FULL_GRACE_SECS = 1.0
 REPLAY_OVERLAP_US = 5_000_000
 RECV_TIMEOUT_SECS = 75.0  # Jetstream pings every 30 s; silence this long means a dead socket
 STABLE_CONNECTION_SECS = 60.0
-__all__ = ["Stream", "backoff_delay"]  # backoff_delay lives in feather.supervisor; tests patch it here
 
 
 class Stream(BatchWriter):
@@ -160,6 +159,7 @@ class Stream(BatchWriter):
                 self.stopping.wait(1.0)
                 continue
             host = self.urls[host_index]
+            self.obs.trying(host)
             url = hosts.with_params(host, self.sub.collections, dids, self._connect_cursor(), MAX_FRAME_BYTES)
             try:
                 # The guarded socket (feather.net.websocket): vetted, pinned, no redirects, capped

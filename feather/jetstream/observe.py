@@ -24,6 +24,11 @@ class StreamObserver:
         self.applied_lag_secs: float | None = None  # how far behind the last batch was when applied
         self._buckets: deque[list[int]] = deque()  # [second, events applied in it]
 
+    def trying(self, host: str) -> None:
+        """The host being tried: shown before any connection succeeds (an unreachable one too)."""
+        if self.connected_since is None:
+            self.host = host
+
     def connected(self, host: str) -> None:
         self.host = host
         self.connected_since = time.time()
