@@ -25,7 +25,7 @@ install: $(BIN)/.installed static/vendor/htmx.min.js
 run: install
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app db upgrade
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} PORT=$(PORT) \
-		$(BIN)/gunicorn -k gevent -w 1 --bind 0.0.0.0:$(PORT) app:app
+		$(BIN)/gunicorn -k gevent -w 1 --access-logfile - --bind 0.0.0.0:$(PORT) app:app
 
 worker: install
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app worker

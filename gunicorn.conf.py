@@ -2,6 +2,13 @@
 
 Kept out of app.py so that importing the app (tests, the flask CLI) starts nothing.
 """
+# One line per request on stdout, beside the app's own log (make run, the Procfile).
+accesslog = "-"
+# gunicorn 25+ opens a control socket at one fixed path ($XDG_RUNTIME_DIR or ~/.gunicorn/gunicorn.ctl),
+# so a second instance on the machine (another `make run`, the tests, the load bench) collides
+# with the first. Feather does not use gunicornc: no control socket.
+control_socket_disable = True
+
 _workers = None
 
 

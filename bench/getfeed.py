@@ -79,7 +79,7 @@ def start_server(path: Path, workdir: Path, port: int) -> subprocess.Popen:
                FEATHERREADER_DATA_DIR=str(workdir), FEATHERREADER_RUN_WORKERS="0",
                FEATHERREADER_DISABLE_SCHEDULER="1", FEATHERREADER_LOG_LEVEL="WARNING", FEED_SERVE="all")
     proc = subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent", "-w", "1", "-b", f"127.0.0.1:{port}",
-                             "--log-level", "warning", "app:app"], cwd=REPO, env=env)
+                             "--log-level", "warning", "--access-logfile", "/dev/null", "app:app"], cwd=REPO, env=env)
     deadline = time.time() + 60
     while time.time() < deadline:
         try:

@@ -85,7 +85,8 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
                 env = dict(env, FEATHERREADER_RUN_WORKERS="0")
             procs.append(subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent",
                                            "-w", str(web_procs if split else 1), "-b", f"127.0.0.1:{port}",
-                                           "--log-level", "warning", "app:app"], cwd=REPO, env=env))
+                                           "--log-level", "warning", "--access-logfile", "/dev/null", "app:app"],
+                                          cwd=REPO, env=env))
             try:
                 _wait_port(port)
                 started = time.monotonic()
@@ -108,13 +109,15 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
                 drain_until = time.monotonic() + drain_secs
                 while _cursor(url) < last_us and time.monotonic() < drain_until:
                     time.sleep(0.5)
+                catch_up_secs = round(time.monotonic() - started, 1) if _cursor(url) >= last_us else None
             finally:
                 for proc in procs:
                     proc.terminate()
                 for proc in procs:
                     proc.wait(30)
             caught_up = _cursor(url) >= last_us
-    return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up, "load_secs": load_secs}
+    return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up, "load_secs": load_secs,
+            "catch_up_secs": catch_up_secs}
 
 
 @contextlib.contextmanager
@@ -236,7 +239,8 @@ def main() -> None:
               f"5xx {fivexx}  statuses {r['statuses']}")
     applied = out["ingested_us"] / 200  # the log is spaced 200 µs apart
     print(f"ingest during the load: {applied:,.0f} events applied in {out['load_secs']:.0f} s "
-          f"({applied / out['load_secs']:,.0f} events/s); caught up: {out['caught_up']}")
+          f"({applied / out['load_secs']:,.0f} events/s); caught up: {out['caught_up']}"
+          + (f" after {out['catch_up_secs']} s" if out["catch_up_secs"] is not None else ""))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     errors.init_app(app)
     app.register_blueprint(pages.bp)
     app.register_blueprint(health.bp)
+    from feather import admin
+    admin.init_app(app)
     from feather import features
     features.register_blueprints(app)
     from feather import cli

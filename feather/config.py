@@ -127,6 +127,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FEATHERREADER_DB_SIZE_WATERMARK_BYTES", _int(0), "0",
             "When the database reaches this size, consumers stop writing and disconnect, re-checking "
             "every 60 s. 0 disables the check."),
+    Setting("FEATHERREADER_ADMIN_DIDS", _list, "",
+            "Comma-separated DIDs of the operators who may open `/admin` (the status page) once signed in. "
+            "Empty: nobody; everyone else gets 403."),
+    Setting("FEATHERREADER_HEALTH_MAX_LAG_SECS", _int(1), "300",
+            "`/health` says `degraded` when a connected stream has events waiting and its last applied "
+            "event is older than this (seconds)."),
+    Setting("FEATHERREADER_HEALTH_JOB_FAILURES", _int(1), "3",
+            "`/health` says `degraded` when a scheduled job has failed this many runs in a row."),
     Setting("FEATHERREADER_EXTRA_FEATURES", _list, "",
             "Comma-separated extra feature modules to load (plugins; the test suite uses it). "
             "Each may define init_app, subscriptions and jobs like the built-in ones."),
@@ -223,6 +231,13 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def readme_table() -> str:
+    """The README's settings table, generated from SETTINGS (a test checks the README holds it)."""
+    lines = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    lines += [f"| `{s.name}` | `{s.default or '(empty)'}` | {s.help} |" for s in SETTINGS]
+    return "\n".join(lines)
 
 
 class Settings:

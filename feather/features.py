@@ -5,6 +5,7 @@ the database. A feature module may define:
   init_app(app)            register blueprints / template helpers
   subscriptions(settings)  -> list of feather.jetstream.subscriptions.Subscription
   jobs(settings)           -> list of feather.scheduler.Job
+  operator_status(settings) -> dict of figures for the operator's status page (/admin)
 """
 from __future__ import annotations
 
@@ -45,3 +46,9 @@ def jobs(settings) -> list:
         if hasattr(module, "jobs"):
             found.extend(module.jobs(settings))
     return found
+
+
+def operator_status(settings) -> dict:
+    """{feature module name: its figures}, for /admin; a feature's own tables stay its own."""
+    return {module.__name__: module.operator_status(settings)
+            for module in modules(settings) if hasattr(module, "operator_status")}

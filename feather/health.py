@@ -1,18 +1,21 @@
-"""GET /health: is this process able to serve a useful request?
+"""GET /health: is this process able to serve a useful request, and is the service doing its work?
 
 It reads one real table page (a bare `SELECT 1` touches no page and would miss a corrupt
-file) under a 2 s budget, and reports version, consumer heartbeats and the pause state.
-Only a measured database failure makes it 503. No network call, ever.
+file) under a 2 s budget, and reports version, each stream (cursor, host, connection, lag, last
+error), each job's recent runs and the pause state. Only a measured database failure makes it
+503 (specs/network.md §2.1); anything else wrong is `"status": "degraded"` with `reasons`, read
+from what the worker processes publish (feather/status.py). No network call, ever.
 """
 from __future__ import annotations
 
 import logging
 import time
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, current_app, jsonify
 
 from feather import __version__
 from feather.db import current_dialect, db
+from feather.verdict import judge
 
 log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
@@ -51,9 +54,11 @@ def probe() -> tuple[bool, dict]:
         db.connect(reuse_if_open=True)
         with _Deadline(BUDGET_SECS):
             row = db.execute_sql("SELECT max(version) FROM schema_version").fetchone()
+            tables = db.get_tables()
             consumers = db.execute_sql(
                 "SELECT name, time_us, last_applied_at, paused_reason FROM jetstream_cursor ORDER BY name"
-            ).fetchall() if _has_table("jetstream_cursor") else []
+            ).fetchall() if "jetstream_cursor" in tables else []
+            published = _published() if "worker_status" in tables else {}
     except Exception as exc:  # any failure to read is the database being unusable
         log.warning("health: database probe failed: %s", exc)
         body.update(status="error", database={"ok": False, "error": type(exc).__name__})
@@ -63,17 +68,21 @@ def probe() -> tuple[bool, dict]:
         "schema_version": row[0],
         "ms": round((time.monotonic() - started) * 1000, 1),
     }
-    body["consumers"] = {
-        name: {"cursor_time_us": cursor, "last_applied_at": applied, "paused": reason}
-        for name, cursor, applied, reason in consumers
-    }
+    saved = {name: {"cursor_time_us": cursor, "last_applied_at": applied, "paused": reason}
+             for name, cursor, applied, reason in consumers}
+    verdict = judge(saved, published, current_app.config["FEATHER"])
+    body["consumers"] = verdict.streams
+    body["jobs"] = verdict.jobs
     body["fetch_paused"] = any(reason for *_, reason in consumers)
-    body["status"] = "ok"
+    body["status"] = "degraded" if verdict.reasons else "ok"
+    body["reasons"] = verdict.reasons
     return True, body
 
 
-def _has_table(name: str) -> bool:
-    return name in db.get_tables()
+def _published() -> dict:
+    from feather import status
+
+    return status.read()
 
 
 @bp.get("/health")

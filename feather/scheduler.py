@@ -1,4 +1,4 @@
-"""Scheduled jobs on APScheduler's GeventScheduler: jobs run as greenlets, log errors, never die."""
+"""Scheduled jobs on APScheduler's GeventScheduler: jobs run as greenlets under supervision (feather.supervisor)."""
 from __future__ import annotations
 
 import logging
@@ -21,27 +21,36 @@ class Job:
     claimed: bool = True
 
 
-def guarded(app, job: Job, claim: Callable[[str], bool] | None = None) -> Callable[[], None]:
-    """Run a job inside an app context and a connection of its own; log and swallow failures.
+def guarded(app, job: Job, claim: Callable[[str], bool] | None = None, board=None) -> Callable[[], None]:
+    """Run a job inside an app context and a connection of its own, under supervision.
 
-    With claim, the job runs only in the process that holds its claim: once cluster-wide
-    (unless the job says claimed=False).
+    A failure is logged with its traceback once per streak and recorded (last run, duration,
+    last error, failures in a row) on the board for /health and /admin; a failing job backs
+    off before its next run. With claim, the job runs only in the process that holds its claim:
+    once cluster-wide (unless the job says claimed=False).
     """
     from feather.db import db
+    from feather.status import Board
+    from feather.supervisor import run_job
+
+    piece = (board or Board()).piece("job", job.id)
+    piece.extra["every_secs"] = job.seconds
+
+    def work() -> None:
+        with app.app_context(), db.connection_context():
+            job.func(**job.kwargs)
 
     def run() -> None:
         if claim is not None and job.claimed and not claim(f"job:{job.id}"):
+            piece.state = "standby"  # another process owns it
             return
-        try:
-            with app.app_context(), db.connection_context():
-                job.func(**job.kwargs)
-        except Exception:
-            log.exception("scheduled job %s failed; it will run again at its next time", job.id)
+        run_job(piece, work)
 
+    run.piece = piece
     return run
 
 
-def build_scheduler(app, jobs: list[Job], claim: Callable[[str], bool] | None = None):
+def build_scheduler(app, jobs: list[Job], claim: Callable[[str], bool] | None = None, board=None):
     from datetime import datetime, timedelta, timezone
 
     from apscheduler.schedulers.gevent import GeventScheduler
@@ -50,7 +59,7 @@ def build_scheduler(app, jobs: list[Job], claim: Callable[[str], bool] | None = 
     now = datetime.now(timezone.utc)
     for job in jobs:
         scheduler.add_job(
-            guarded(app, job, claim),
+            guarded(app, job, claim, board),
             "interval",
             id=job.id,
             name=job.id,

@@ -145,6 +145,9 @@ class Workers:
         self.claims = None
         self.scheduler = None
         self.engine = None
+        self.board = None
+        self._publisher = None
+        self._stopping = None
         self.running = False
 
     def start(self) -> bool:
@@ -157,28 +160,60 @@ class Workers:
                      "this process serves web only (standing by)", claims.describe())
             return False
         self.claims = claims
+        from gevent.event import Event
+
         from feather import features
         from feather.jetstream.engine import Engine
         from feather.scheduler import build_scheduler
+        from feather.status import Board
+        from feather.supervisor import supervise
 
-        self.engine = Engine(self.app, features.subscriptions(self.settings), claims=claims)
+        self.board = Board()
+        self._stopping = Event()
+        self.engine = Engine(self.app, features.subscriptions(self.settings), claims=claims, board=self.board)
         self.engine.start()
         self.scheduler = build_scheduler(self.app, features.jobs(self.settings) + self.engine.jobs(),
-                                         claim=claims.try_claim)
+                                         claim=claims.try_claim, board=self.board)
         self.scheduler.start()
+        self._publisher = supervise(self.board.piece("task", "status-publisher"), self._publish_loop, self._stopping)
         self.running = True
         log.info("background workers running (%d subscriptions, %d jobs) under the %s",
                  len(self.engine.subscriptions), len(self.scheduler.get_jobs()), claims.describe())
         return True
 
+    def publish(self) -> None:
+        """Write this process's supervised pieces to worker_status (for /health and /admin)."""
+        from feather.db import db
+
+        with self.app.app_context(), db.connection_context():
+            self.board.publish()
+
+    def _publish_loop(self) -> None:
+        from feather.status import PUBLISH_SECS
+
+        while True:
+            self.publish()
+            if self._stopping.wait(PUBLISH_SECS):
+                return
+
     def stop(self, timeout: float = 10.0) -> None:
         if not self.running:
             return
         self.running = False
+        self._stopping.set()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
         if self.engine is not None:
             self.engine.stop(timeout=timeout)
+        if self._publisher is not None:
+            self._publisher.join(timeout=5)
+            try:
+                from feather.db import db
+
+                with self.app.app_context(), db.connection_context():
+                    self.board.withdraw()  # this process runs nothing any more
+            except Exception as exc:  # shutting down: the rows go stale on their own
+                log.warning("could not withdraw the worker status rows: %s", exc)
         if self.claims is not None:
             self.claims.release()
         log.info("background workers stopped")

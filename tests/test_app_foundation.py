@@ -193,3 +193,29 @@ def test_post_with_csrf_token_is_accepted(make_app):
     response = client.post("/form-under-test", data={"csrf_token": token})
     assert response.status_code == 200
     assert response.get_data(as_text=True) == "accepted"
+
+
+def test_the_readme_settings_table_is_the_one_generated_from_settings():
+    from feather.config import readme_table
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("<!-- settings:start (generated from feather/config.py SETTINGS) -->\n", 1)[1]
+    assert section.split("<!-- settings:end -->", 1)[0] == readme_table() + "\n"
+
+
+def test_gunicorn_logs_access_to_stdout_and_opens_no_shared_control_socket():
+    """gunicorn 25+ puts a control socket at one path per user: a second instance collided with it."""
+    import runpy
+
+    from gunicorn.config import Config
+
+    from tests.conftest import REPO
+
+    conf = runpy.run_path(str(REPO / "gunicorn.conf.py"))
+    cfg = Config()
+    for name in ("accesslog", "control_socket_disable"):
+        cfg.set(name, conf[name])  # gunicorn refuses a name it does not know
+    assert (cfg.accesslog, cfg.control_socket_disable) == ("-", True)
+    assert "--access-logfile -" in (REPO / "Procfile").read_text()
+    assert "--access-logfile -" in (REPO / "Makefile").read_text()

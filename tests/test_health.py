@@ -4,16 +4,27 @@ import pytest
 from feather.db import current_dialect, db
 
 
-def test_health_is_200_with_version_and_database_facts(client):
+def test_health_is_200_and_degraded_when_no_process_runs_the_workers(client):
+    """Before issue 20 this answered "ok" with no consumer at all: a service ingesting nothing."""
     response = client.get("/health")
     assert response.status_code == 200
     body = response.get_json()
-    assert body["status"] == "ok"
+    assert body["status"] == "degraded"
+    assert body["reasons"] == ["no process is running the background workers (or none has reported in the "
+                               "last 30 s): nothing is ingested and no job runs"]
     assert body["version"] == "0.1.0"
     assert body["database"]["ok"] is True
-    assert body["database"]["schema_version"] >= 2
+    assert body["database"]["schema_version"] >= 45
     assert body["consumers"] == {}
+    assert body["jobs"] == {}
     assert body["fetch_paused"] is False
+
+
+def test_health_names_the_kill_switch_when_workers_are_disabled(make_app):
+    body = make_app(FEATHERREADER_DISABLE_SCHEDULER=True).test_client().get("/health").get_json()
+    assert body["status"] == "degraded"
+    assert body["reasons"] == ["background workers are disabled (FEATHERREADER_DISABLE_SCHEDULER=1): "
+                               "nothing is ingested and no job runs"]
 
 
 def test_health_reports_consumer_heartbeat_and_pause(client):

@@ -1,23 +1,54 @@
-"""Scheduled jobs: failures are logged and the job lives on; claims make a job run once cluster-wide."""
+"""Scheduled jobs: failures are logged once per streak and recorded, the job lives on (with a
+backoff); claims make a job run once cluster-wide."""
 import logging
 
+from feather import supervisor
 from feather.scheduler import Job, build_scheduler, guarded
 
 
-def test_a_failing_job_is_logged_and_runs_again_next_time(app, caplog):
+def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app, caplog, monkeypatch):
+    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 0.0)
+    outcomes = iter([RuntimeError("upstream said no")] * 3 + [None] + [RuntimeError("again")])
     calls = []
 
     def flaky():
         calls.append(1)
-        raise RuntimeError("upstream said no")
+        outcome = next(outcomes)
+        if outcome is not None:
+            raise outcome
 
     run = guarded(app, Job("flaky", flaky, 60))
-    with caplog.at_level(logging.ERROR, logger="feather.scheduler"):
+    with caplog.at_level(logging.INFO, logger="feather.supervisor"):
+        for _ in range(3):
+            run()
+        assert (run.piece.streak, run.piece.last_error, run.piece.state) == (3, "RuntimeError: upstream said no",
+                                                                            "retrying")
         run()
+        assert (run.piece.streak, run.piece.runs, run.piece.failures) == (0, 4, 3)
         run()
-    assert len(calls) == 2
-    messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["scheduled job flaky failed; it will run again at its next time"] * 2
+    assert len(calls) == 5
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage().splitlines()[0] for r in errors] == [
+        "job flaky failed: it will run again after a backoff"] * 2  # the first of each streak
+    assert "RuntimeError: upstream said no" in errors[0].getMessage()  # with its traceback
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        "job flaky recovered after 3 failure(s) in a row"]
+
+
+def test_a_failing_job_skips_its_runs_until_the_backoff_has_passed(app, monkeypatch):
+    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 3600.0)
+    calls = []
+
+    def failing():
+        calls.append(1)
+        raise RuntimeError("down")
+
+    run = guarded(app, Job("down", failing, 5))
+    run()
+    run()
+    run()
+    assert len(calls) == 1
+    assert run.piece.skipped == 2
 
 
 def test_a_job_runs_only_where_its_claim_is_held(app):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from collections import Counter
 
@@ -20,9 +19,14 @@ from gevent.event import Event as Flag
 from gevent.queue import Full, Queue
 
 from feather.jetstream import hosts, store
-from feather.jetstream.events import DecodeError, decode
+from feather.jetstream.events import MAX_FRAME_BYTES, DecodeError, decode
+from feather.jetstream import observe
+from feather.jetstream.observe import StreamObserver
 from feather.jetstream.subscriptions import Subscription, validate_dids
 from feather.jetstream.writer import BatchWriter
+from feather.net.websocket import FrameTooLarge, open_websocket
+from feather.status import Board
+from feather.supervisor import Piece, backoff_delay, supervise
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +36,12 @@ QUEUE_SIZE = 1024
 # full is the sustained fullness the drop is for.
 QUEUE_FULL_GRACE_SECS = 1.0
 REPLAY_OVERLAP_US = 5_000_000
-BACKOFF_MIN, BACKOFF_MAX, JITTER = 1.0, 60.0, 0.25
 RECV_TIMEOUT_SECS = 75.0  # Jetstream pings every 30 s; silence this long means a dead socket
-
-
-def backoff_delay(attempt: int, rand=random.random) -> float:
-    """1 s, 2 s, 4 s … capped at 60 s, each ±25 %."""
-    base = min(BACKOFF_MAX, BACKOFF_MIN * (2 ** max(0, attempt)))
-    return base * (1 + JITTER * (2 * rand() - 1))
+STABLE_CONNECTION_SECS = 60.0
 
 
 class Stream(BatchWriter):
-    def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool):
+    def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool, board: Board | None = None):
         self.sub = sub
         self.urls = urls
         self.app = app
@@ -63,6 +61,12 @@ class Stream(BatchWriter):
         self.generation = 0  # bumped by the writer when it throws away queued events
         self.first_seen: store.Cursor | None = None  # first event this process received
         self.connected = Flag()
+        self.obs = StreamObserver()
+        # Reader and writer are supervised apart; the stream's row on the board sums them up.
+        self.board = board or Board()
+        self.piece = self.board.piece("stream", sub.name)
+        self.reader_piece, self.writer_piece = Piece("reader", sub.name), Piece("writer", sub.name)
+        self.board.sources.append(self.refresh_status)
         self._greenlets: list[gevent.Greenlet] = []
 
     # --- lifecycle
@@ -71,13 +75,20 @@ class Stream(BatchWriter):
 
         with db.connection_context():
             self.cursor = store.load_cursor(self.sub.name)
-        self._greenlets = [gevent.spawn(self._read_loop), gevent.spawn(self._write_loop)]
+        self._greenlets = [supervise(self.reader_piece, self._read_loop, self.stopping),
+                           supervise(self.writer_piece, self._write_loop, self.stopping)]
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()
         self._close_socket()
         gevent.joinall(self._greenlets, timeout=timeout)
         gevent.killall([g for g in self._greenlets if not g.dead], timeout=1)
+        if self.refresh_status in self.board.sources:
+            self.board.sources.remove(self.refresh_status)
+        self.board.drop("stream", self.sub.name)
+
+    def refresh_status(self) -> None:
+        observe.refresh(self)
 
     # --- reader
     def _connect_cursor(self) -> int | None:
@@ -115,7 +126,16 @@ class Stream(BatchWriter):
         return validate_dids(self.sub.name, list(self.sub.dids()))
 
     def _read_loop(self) -> None:
-        attempt, host_index = 0, 0
+        try:
+            self._read_forever()
+        finally:  # a crash must not leave a socket open behind the supervisor's restart
+            if self.connected.is_set():
+                self.connected.clear()
+                self.obs.disconnected(None)
+            self._close_socket()
+
+    def _read_forever(self) -> None:
+        attempt, host_index = 0, self.host_index
         while not self.stopping.is_set():
             if self.paused.is_set():
                 self.stopping.wait(1.0)
@@ -126,6 +146,7 @@ class Stream(BatchWriter):
                 # A database error or a shard over Jetstream's DID limit: a fault to retry with
                 # backoff, never a silent death of this reader (its users would stop syncing).
                 self.stats["membership_failures"] += 1
+                self.obs.error(f"could not build the subscription: {exc}")
                 delay = backoff_delay(attempt)
                 log.error("jetstream %s: could not build the subscription (%s); retry in %.1fs",
                           self.sub.name, exc, delay, exc_info=attempt == 0)
@@ -134,38 +155,47 @@ class Stream(BatchWriter):
                 continue
             if dids is not None and not dids:
                 # An empty wantedDids means *every* DID to Jetstream: never connect like that.
+                self.obs.idle("no account to follow")
                 self.stopping.wait(1.0)
                 continue
-            url = hosts.with_params(self.urls[host_index], self.sub.collections, dids, self._connect_cursor())
+            host = self.urls[host_index]
+            self.obs.trying(host)
+            url = hosts.with_params(host, self.sub.collections, dids, self._connect_cursor(), MAX_FRAME_BYTES)
             try:
-                hosts.vet(url, self.allow_private)
-                # No websocket-client locks: only this greenlet reads, and the rare options_update
-                # writes, a different direction of the socket (gevent allows one reader and one
-                # writer at once). UTF-8 is checked by decode(), per frame: websocket-client's pure-Python check costs
-                # 3x the receive time, and its failure would look like a dead socket (replay loop).
-                self.ws = websocket.create_connection(url, timeout=RECV_TIMEOUT_SECS, enable_multithread=False,
-                                                      skip_utf8_validation=True)
+                # The guarded socket (feather.net.websocket): vetted, pinned, no redirects, capped
+                # frames. No websocket-client locks: only this greenlet reads, and the rare
+                # options_update writes, a different direction (gevent allows one of each). UTF-8 is
+                # checked by decode(), per frame: websocket-client's check costs 3x the receive time.
+                self.ws = open_websocket(url, allow_private_network=self.allow_private, timeout=RECV_TIMEOUT_SECS,
+                                         max_frame_bytes=MAX_FRAME_BYTES)
             except Exception as exc:
                 self.stats["connect_failures"] += 1
+                self.obs.error(f"connect to {host} failed: {exc}")
                 delay = backoff_delay(attempt)
-                log.warning("jetstream %s: connect to %s failed (%s); retry in %.1fs",
-                            self.sub.name, self.urls[host_index], exc, delay)
+                log.warning("jetstream %s: connect to %s failed (%s); retry in %.1fs", self.sub.name, host, exc, delay)
                 attempt += 1
                 host_index = (host_index + 1) % len(self.urls)
                 self.stopping.wait(delay)
                 continue
-            attempt = 0
             if self.high_water is not None and self.high_water[0] != host_index:
                 self.high_water = None  # another instance numbers time differently: rely on idempotency
             self.host_index = host_index
             self.sent_dids = dids
             self.stats["connects"] += 1
             self.connected.set()
+            self.obs.connected(host)
+            received_before, connected_at = self.stats["received"], time.time()
             reason = self._receive(self.ws)
             self.connected.clear()
             self._close_socket()
             if self.stopping.is_set():
+                self.obs.disconnected(None)
                 break
+            self.obs.disconnected(f"disconnected from {host}: {reason}")
+            if self.stats["received"] > received_before or time.time() - connected_at >= STABLE_CONNECTION_SECS:
+                # Only a connection that delivered events (or held up a while on a quiet stream)
+                # resets the backoff: a host that accepts and drops at once must not be hammered.
+                attempt = 0
             self.stats["disconnects"] += 1
             delay = backoff_delay(attempt)
             log.warning("jetstream %s: disconnected (%s); reconnecting in %.1fs", self.sub.name, reason, delay)
@@ -177,6 +207,10 @@ class Stream(BatchWriter):
         while not self.stopping.is_set() and not self.paused.is_set():
             try:
                 opcode, frame = ws.recv_data()  # bytes: decoding is the pure step's job
+            except FrameTooLarge as exc:  # discarded by the socket layer unread; the socket is fine
+                self.stats["oversized"] += 1
+                log.warning("jetstream %s: %s (%d so far)", self.sub.name, exc, self.stats["oversized"])
+                continue
             except websocket.WebSocketTimeoutException:
                 return "no frame or ping within the receive timeout"
             except Exception as exc:  # closed, reset, 1006: all mean reconnect
@@ -204,9 +238,9 @@ class Stream(BatchWriter):
                 continue
             try:
                 if QUEUE_FULL_GRACE_SECS > 0:
-                    self.queue.put(event, timeout=QUEUE_FULL_GRACE_SECS)
+                    self.queue.put((generation, event), timeout=QUEUE_FULL_GRACE_SECS)
                 else:
-                    self.queue.put_nowait(event)
+                    self.queue.put_nowait((generation, event))
             except Full:
                 self.stats["queue_full"] += 1
                 log.warning("jetstream %s: queue full (%d events); dropping the connection to let "

@@ -13,6 +13,8 @@ from gevent.event import Event as Flag
 from feather.jetstream import hosts, store
 from feather.jetstream.consumer import Stream
 from feather.jetstream.subscriptions import Subscription, merge
+from feather.status import Board
+from feather.supervisor import supervise
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,9 @@ class _ClaimEverything:
 
 
 class Engine:
-    def __init__(self, app, subscriptions: list[Subscription], claims=None):
+    def __init__(self, app, subscriptions: list[Subscription], claims=None, board: Board | None = None):
         self.app = app
+        self.board = board or Board()
         self.claims = claims or _ClaimEverything()
         settings = app.config["FEATHER"]
         self.settings = settings
@@ -53,10 +56,18 @@ class Engine:
             raise hosts.HostRefused("FEATHERREADER_JETSTREAM_HOSTS is empty")
         for url in self.urls:  # refuse at start, not in a reconnect loop
             hosts.vet(url, self.settings.featherreader_allow_private_network)
+        # Every engine names every subscription, owned here or not: /health can then tell a stream
+        # nobody runs from one that was never configured.
+        piece = self.board.piece("task", "jetstream-engine")
+        piece.state = "running"
+        piece.extra["subscriptions"] = [sub.name for sub in self.subscriptions]
         self.check_watermark()
         self.claim_round()
-        self._greenlets = [gevent.spawn(self._watch_watermark), gevent.spawn(self._watch_membership),
-                           gevent.spawn(self._watch_claims)]
+        # Each watcher already catches its own per-round failures; the supervisor catches the rest.
+        self._greenlets = [supervise(self.board.piece("task", f"jetstream-{name}"), loop, self.stopping)
+                           for name, loop in (("watermark", self._watch_watermark),
+                                              ("membership", self._watch_membership),
+                                              ("claims", self._watch_claims))]
 
     def claim_round(self) -> None:
         """Start a stream for every subscription this process can claim; drop all if claims were lost."""
@@ -75,7 +86,7 @@ class Engine:
                     self._standby_logged.add(sub.name)
                 continue
             stream = Stream(sub, self.urls, app=self.app,
-                            allow_private=self.settings.featherreader_allow_private_network)
+                            allow_private=self.settings.featherreader_allow_private_network, board=self.board)
             if self.watermark_paused:
                 stream.paused.set()
             self.streams[sub.name] = stream

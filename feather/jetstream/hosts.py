@@ -18,11 +18,15 @@ def subscribe_url(host: str) -> str:
     return f"wss://{host}/subscribe"
 
 
-def with_params(url: str, collections: list[str], dids: list[str] | None, cursor: int | None) -> str:
+def with_params(url: str, collections: list[str], dids: list[str] | None, cursor: int | None,
+                max_size: int | None = None) -> str:
     params: list[tuple[str, str]] = [("wantedCollections", c) for c in collections]
     params += [("wantedDids", d) for d in dids or ()]
     if cursor is not None:
         params.append(("cursor", str(cursor)))
+    if max_size:
+        # Jetstream then skips bigger events itself; the socket layer refuses any it sends anyway.
+        params.append(("maxMessageSizeBytes", str(max_size)))
     joiner = "&" if "?" in url else "?"
     return url + (joiner + urlencode(params) if params else "")
 

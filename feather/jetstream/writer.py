@@ -37,15 +37,37 @@ def yield_to_io() -> None:
         timer.close()
 
 
+def _covers(cursor, failed) -> bool:
+    if failed is None or cursor is None:
+        return True
+    if failed.seq is not None and cursor.seq is not None:
+        return cursor.seq >= failed.seq
+    return cursor.time_us >= failed.time_us
+
+
 class BatchWriter:
-    """Mixed into Stream, which owns the queue, the flags, the socket and the counters."""
+    """Mixed into Stream, which owns the queue, the flags, the socket and the counters.
+
+    The queue holds (generation, event): an event queued under an older generation (before a
+    batch failed) is dropped by the writer, whatever the order the greenlets ran in.
+    """
+
+    _failed_upto = None  # the newest event of the batch that started the current failure streak
 
     def _write_loop(self) -> None:
         from feather.db import db
 
         last_save = 0.0
+        unsaved = False  # an applied cursor not on disk yet
+        self._close_db()  # after a supervised restart: start from a fresh connection
         while True:
             batch = self._next_batch()
+            if not batch and unsaved and not self.stopping.is_set():
+                # The stream went quiet right after a batch the once-a-second rule did not save:
+                # save now, so /health and a restart see the last applied position.
+                unsaved = not self._save_idle_cursor()
+                if not unsaved:
+                    last_save = time.monotonic()
             if batch:
                 now = time.monotonic()
                 last = batch[-1]
@@ -57,12 +79,17 @@ class BatchWriter:
                     db.connect(reuse_if_open=True)
                     with self.app.app_context():
                         store.apply_batch(self.sub, batch, newest if save else None)
-                except Exception:
+                except Exception as exc:
                     # Nothing was committed; reconnect from the last applied cursor and replay.
+                    self.generation += 1  # before anything yields: the reader must not queue more
                     self._close_db()
                     self.stats["batch_failures"] += 1
-                    log.exception("jetstream %s: applying a batch of %d failed; replaying", self.sub.name, len(batch))
-                    self.generation += 1  # before anything yields: the reader must not queue more
+                    # Logged with its traceback once per streak: a batch that fails on every replay
+                    # would otherwise fill the log.
+                    if not self.writer_piece.streak:
+                        self._failed_upto = newest
+                    self.writer_piece.failed(exc, f"applying a batch of {len(batch)} events; nothing of it "
+                                                  "was committed, replaying from the last applied cursor")
                     self._drain_queue()
                     self.high_water = None  # what was queued is gone: take the replay in full
                     self._close_socket()
@@ -70,9 +97,15 @@ class BatchWriter:
                     continue
                 if save:
                     last_save = now
+                unsaved = not save
                 self.cursor = newest if self.cursor is None else store.Cursor(
                     max(self.cursor.time_us, newest.time_us), newest.seq or self.cursor.seq)
                 self.stats["applied"] += len(batch)
+                self.obs.applied(len(batch), newest.time_us)
+                if self.writer_piece.streak and _covers(self.cursor, self._failed_upto):
+                    # Recovered once the failed batch itself is applied, not when the replayed
+                    # overlap before it is: a batch failing on every replay stays one streak.
+                    self.writer_piece.recovered()
                 yield_to_io()
             elif self.stopping.is_set():
                 self._flush_cursor()
@@ -88,6 +121,19 @@ class BatchWriter:
                 db.close()
         except Exception:  # a broken connection is what we are getting rid of
             pass
+
+    def _save_idle_cursor(self) -> bool:
+        from feather.db import db
+
+        try:
+            db.connect(reuse_if_open=True)
+            with self.app.app_context(), db.atomic():
+                store.save_cursor(self.sub.name, self.cursor)
+            return True
+        except Exception as exc:  # the next batch saves it anyway; say so once
+            self._close_db()
+            self.obs.error(f"could not save the cursor: {exc}")
+            return False
 
     def _flush_cursor(self) -> None:
         """On a clean stop, make sure the last applied cursor is on disk."""
@@ -107,7 +153,7 @@ class BatchWriter:
         deadline = None
         while len(batch) < BATCH_EVENTS:
             try:
-                batch.append(self.queue.get_nowait())  # the common case under load: no timer
+                item = self.queue.get_nowait()  # the common case under load: no timer
             except Empty:
                 if deadline is None:
                     timeout = 0.2
@@ -116,13 +162,17 @@ class BatchWriter:
                     if timeout <= 0:
                         break
                 try:
-                    batch.append(self.queue.get(timeout=timeout))
+                    item = self.queue.get(timeout=timeout)
                 except Empty:
                     if deadline is None:
-                        if self.stopping.is_set():
-                            return batch
-                        continue
+                        return batch  # idle: the caller may save the cursor, or stop
                     break
+            generation, event = item
+            if generation != self.generation:
+                # Queued by a reader that had not yet seen a failed batch (its put completed after
+                # the drain): applying it would move the cursor past the events being replayed.
+                continue
+            batch.append(event)
             if deadline is None:
                 deadline = time.monotonic() + BATCH_SECS
             if self.stopping.is_set() and self.queue.empty():

@@ -24,6 +24,13 @@ def init_app(app) -> None:
     cli.init_app(app)
 
 
+def operator_status(settings) -> dict:
+    """The catalogue's figures for /admin (feather/features.py collects them)."""
+    from feather.network import operator
+
+    return operator.status(settings)
+
+
 def subscriptions(settings) -> list:
     from feather.jetstream.subscriptions import Handler, Subscription
     from feather.network.apply import handler

@@ -148,7 +148,11 @@ async def _amain(args) -> None:
         threading.Thread(target=watch, daemon=True).start()
     server = await serve(hub.handler, args.host, args.port, process_request=hub.process_request,
                          create_connection=BodyConnection, compression=None, ping_interval=None,
-                         max_size=None, server_header=None, close_timeout=2)
+                         max_size=None, server_header=None, close_timeout=2,
+                         # A control call is answered inside the opening handshake (process_request);
+                         # appending 20,000 events to a live subscriber can outlast websockets' 10 s
+                         # handshake timeout on a busy machine, which cut the call (RemoteDisconnected).
+                         open_timeout=None)
     port = server.sockets[0].getsockname()[1]
     base = f"{args.host}:{port}"
     print(json.dumps({"port": port, "url": f"ws://{base}/subscribe", "control": f"http://{base}/control"}),

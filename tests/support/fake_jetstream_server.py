@@ -231,11 +231,20 @@ class Hub:
         return r
 
     async def _control(self, method, op, q, body):
-        if (method, op) == ("GET", "stats"):
-            return 200, self.stats()
         if (method, op) == ("POST", "append"):
             n, last = await self.append([json.loads(ln) for ln in body.decode().splitlines() if ln.strip()])
             return 200, {"appended": n, "last_time_us": last}
+        if (method, op) in (("POST", "pause"), ("POST", "resume")):
+            await self.set_paused(op == "pause")
+            return 200, {"paused": self.paused, "pending": len(self.pending)}
+        # Every other call waits for an append in progress to finish: a stats or drop issued while
+        # 20,000 events are being emitted sees (and acts on) the state after them, never half of it.
+        async with self.lock:
+            return self._control_now(method, op, q)
+
+    def _control_now(self, method, op, q):
+        if (method, op) == ("GET", "stats"):
+            return 200, self.stats()
         if (method, op) == ("POST", "drop"):  # abort the socket(s): the client sees no close frame (1006)
             ids = [int(q["id"][0])] if "id" in q else list(self.subs)
             victims = [self.subs[i] for i in ids if i in self.subs and not self.subs[i].dead]
@@ -246,9 +255,6 @@ class Hub:
         if (method, op) == ("POST", "outbox"):
             self.outbox_limit = int(q["limit"][0])
             return 200, {"outbox": self.outbox_limit}
-        if method == "POST" and op in ("pause", "resume"):
-            await self.set_paused(op == "pause")
-            return 200, {"paused": self.paused, "pending": len(self.pending)}
         return 404, {"error": f"no such control call: {method} /control/{op}"}
 
     def stats(self) -> dict:

@@ -21,6 +21,11 @@ SLOW_WRITER_SECS = 0.0
 BUSY_WRITER_SECS = 0.0
 batches_applied = 0
 gaps: list[int] = []
+# Test knobs: a batch holding a commit with rkey FAIL_RKEY raises after writing its rows, while
+# fails_left > 0; COUNT_APPLIES counts, per URI, the applications that were committed.
+FAIL_RKEY: str | None = None
+fails_left = 0
+COUNT_APPLIES = False
 
 
 def _ensure_tables() -> None:
@@ -29,6 +34,7 @@ def _ensure_tables() -> None:
         return
     db.execute_sql("CREATE TABLE IF NOT EXISTS test_mirror (uri TEXT PRIMARY KEY, cid TEXT NOT NULL)")
     db.execute_sql("CREATE TABLE IF NOT EXISTS test_identity (did TEXT PRIMARY KEY, handle TEXT, active TEXT)")
+    db.execute_sql("CREATE TABLE IF NOT EXISTS test_apply_count (uri TEXT PRIMARY KEY, n INTEGER NOT NULL)")
     _ready = True
 
 
@@ -42,6 +48,9 @@ def apply_batch(events) -> None:
             else:
                 db.execute_sql(q("INSERT INTO test_mirror (uri, cid) VALUES (?, ?) "
                                  "ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid"), (event.uri, event.cid))
+                if COUNT_APPLIES:
+                    db.execute_sql(q("INSERT INTO test_apply_count (uri, n) VALUES (?, 1) "
+                                     "ON CONFLICT (uri) DO UPDATE SET n = test_apply_count.n + 1"), (event.uri,))
         elif event.kind == "identity":
             db.execute_sql(q("INSERT INTO test_identity (did, handle) VALUES (?, ?) "
                              "ON CONFLICT (did) DO UPDATE SET handle = excluded.handle"), (event.did, event.handle))
@@ -49,6 +58,10 @@ def apply_batch(events) -> None:
             db.execute_sql(q("INSERT INTO test_identity (did, active) VALUES (?, ?) "
                              "ON CONFLICT (did) DO UPDATE SET active = excluded.active"),
                            (event.did, f"{event.active}:{event.status}"))
+    global fails_left
+    if fails_left and any(e.kind == "commit" and e.rkey == FAIL_RKEY for e in events):
+        fails_left -= 1
+        raise RuntimeError(f"planted handler failure on {FAIL_RKEY}")
     if SLOW_WRITER_SECS:
         time.sleep(SLOW_WRITER_SECS)
     if BUSY_WRITER_SECS:
@@ -88,6 +101,12 @@ def expected_state(frames) -> tuple[dict, dict]:
             else:
                 records[uri] = c["cid"]
     return records, identities
+
+
+def apply_counts() -> dict:
+    if "test_apply_count" not in db.get_tables():
+        return {}
+    return dict(db.execute_sql("SELECT uri, n FROM test_apply_count").fetchall())
 
 
 def mirror_rows() -> dict:

@@ -1,0 +1,94 @@
+"""GET /admin: the operator's status page (streams, jobs, catalogue, sync, timelines, database).
+
+For the accounts in FEATHERREADER_ADMIN_DIDS, signed in the usual way; anyone else gets 403.
+Server-rendered and complete without JavaScript; htmx only re-fetches the status part in place
+every few seconds (/admin/status). The same verdict as /health (feather/verdict.py).
+"""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, abort, current_app, render_template
+
+from feather.db import db
+
+bp = Blueprint("admin", __name__)
+REFRESH_SECS = 5
+
+
+def _require_operator():
+    from feather.auth.web import current_account
+
+    account = current_account()
+    if account is None or account.did not in current_app.config["FEATHER"].featherreader_admin_dids:
+        abort(403)
+    return account
+
+
+def gather() -> dict:
+    """Everything the page shows, as plain data (also what a test reads)."""
+    from feather import features, status
+    from feather.admin import sections
+    from feather.verdict import judge
+
+    settings = current_app.config["FEATHER"]
+    tables = set(db.get_tables())
+    saved = {name: {"cursor_time_us": t, "last_applied_at": applied, "paused": reason}
+             for name, t, applied, reason in db.execute_sql(
+                 "SELECT name, time_us, last_applied_at, paused_reason FROM jetstream_cursor ORDER BY name")}
+    verdict = judge(saved, status.read() if "worker_status" in tables else {}, settings)
+    return {
+        "status": "degraded" if verdict.reasons else "ok",
+        "reasons": verdict.reasons,
+        "streams": verdict.streams,
+        "jobs": verdict.jobs,
+        "tasks": verdict.tasks,
+        "catalogue": features.operator_status(settings).get("feather.network"),
+        "sync": sections.sync(settings, tables),
+        "timelines": sections.timelines(tables),
+        "database": sections.database(settings),
+        "now": time.time(),
+    }
+
+
+@bp.get("/admin")
+def page():
+    account = _require_operator()
+    return render_template("admin/page.html", s=gather(), account=account, refresh=REFRESH_SECS)
+
+
+@bp.get("/admin/status")
+def status_part():
+    _require_operator()
+    return render_template("admin/_status.html", s=gather(), refresh=REFRESH_SECS)
+
+
+def _ago(ts) -> str:
+    if not ts:
+        return "never"
+    seconds = int(time.time() - float(ts))
+    if seconds < 0:
+        return "just now"
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    if seconds < 172800:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} days ago"
+
+
+def _bytes(n) -> str:
+    if n is None:
+        return "none"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def init_app(app) -> None:
+    app.register_blueprint(bp)
+    app.jinja_env.filters["ago"] = _ago
+    app.jinja_env.filters["bytes"] = _bytes

@@ -1,0 +1,191 @@
+"""/health and /admin tell the truth in the three states an operator meets: healthy, Jetstream
+unreachable, a job failing. The workers run in-process here and publish what they are doing
+(feather/status.py), exactly as a separate worker process would."""
+import socket
+
+import pytest
+
+from feather import supervisor
+from feather.db import current_dialect, db
+from feather.jetstream import consumer
+from feather.jetstream.engine import Engine
+from feather.scheduler import Job, guarded
+from feather.verdict import judge
+from tests.support import mirror_feature
+from tests.support.fake_jetstream import make_commit
+from tests.support.waiting import wait_until
+from tests.test_jetstream_engine import connected, engine_for, jetstream, rows  # noqa: F401 (fixtures)
+from tests.test_sync_views import sign_in
+
+OPERATOR = "did:plc:operator"
+
+
+def stream_up(engine, name="global"):
+    """Our side of the connection (the fake counts it a moment before the reader resumes)."""
+    wait_until(lambda: name in engine.streams and engine.streams[name].connected.is_set(), message="stream connected")
+
+
+def publish(app, engine):
+    with app.app_context(), db.connection_context():
+        engine.board.publish()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_healthy_when_the_stream_is_connected_and_jobs_succeed(engine_for, jetstream):  # noqa: F811
+    app, engine = engine_for(FEATHERREADER_ADMIN_DIDS=OPERATOR)
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "h1", "create")])
+    wait_until(lambda: "at://did:plc:alice/app.bsky.feed.post/h1" in rows(), message="applied")
+    stream_up(engine)
+    guarded(app, Job("tidy", lambda: None, 60), board=engine.board)()
+    publish(app, engine)
+
+    body = app.test_client().get("/health").get_json()
+    assert (body["status"], body["reasons"]) == ("ok", [])
+    stream = body["consumers"]["global"]
+    assert (stream["connected"], stream["host"], stream["last_error"], stream["restarts"]) == (
+        True, jetstream.url, None, 0)
+    assert stream["lag_secs"] is not None and stream["connected_since"] is not None
+    assert (body["jobs"]["tidy"]["streak"], body["jobs"]["tidy"]["runs"], body["jobs"]["tidy"]["last_error"]) == (
+        0, 1, None)
+
+
+def test_unreachable_jetstream_keeps_the_service_up_and_health_degraded(make_app, monkeypatch):
+    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
+    monkeypatch.setattr(mirror_feature, "_ready", False)
+    url = f"ws://127.0.0.1:{closed_port()}/subscribe"
+    app = make_app(FEATHERREADER_JETSTREAM_HOSTS=url, FEATHERREADER_ADMIN_DIDS=OPERATOR)
+    engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]))
+    engine.start()
+    try:
+        stream = engine.streams["global"]
+        wait_until(lambda: stream.stats["connect_failures"] >= 2, message="two failed connects")
+        publish(app, engine)
+        client = app.test_client()
+        response = client.get("/health")
+        assert response.status_code == 200  # only a database failure is a 503
+        body = response.get_json()
+        assert body["status"] == "degraded"
+        assert len(body["reasons"]) == 1
+        assert body["reasons"][0].startswith(
+            f"stream global has not connected to Jetstream (last error: connect to {url} failed: ")
+        assert (body["consumers"]["global"]["connected"], body["consumers"]["global"]["host"]) == (False, url)
+        assert client.get("/about").status_code == 200  # the web side serves on
+        sign_in(app, client, did=OPERATOR, handle="operator.test")
+        html = client.get("/admin").get_data(as_text=True)
+        assert "Overall: degraded" in html and "not connected" in html and url in html
+    finally:
+        engine.stop(timeout=5)
+
+
+def test_a_job_failing_its_last_runs_makes_health_degraded_and_shows_on_admin(engine_for, jetstream,  # noqa: F811
+                                                                              monkeypatch):
+    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 0.0)
+    app, engine = engine_for(FEATHERREADER_ADMIN_DIDS=OPERATOR, FEATHERREADER_HEALTH_JOB_FAILURES=3)
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+
+    def boom():
+        raise RuntimeError("the relay said 502")
+
+    stream_up(engine)
+    run = guarded(app, Job("sync-runner", boom, 5), board=engine.board)
+    run()
+    run()
+    publish(app, engine)
+    client = app.test_client()
+    assert client.get("/health").get_json()["reasons"] == []  # two failures: under the bound
+    run()
+    publish(app, engine)
+    body = client.get("/health").get_json()
+    assert body["status"] == "degraded"
+    assert body["reasons"] == ["job sync-runner failed its last 3 runs (last error: RuntimeError: the relay said 502)"]
+    assert body["jobs"]["sync-runner"]["streak"] == 3
+    sign_in(app, client, did=OPERATOR, handle="operator.test")
+    html = client.get("/admin/status").get_data(as_text=True)
+    assert "job sync-runner failed its last 3 runs" in html
+    assert "RuntimeError: the relay said 502" in html
+
+
+class _Settings:
+    featherreader_health_max_lag_secs = 300
+    featherreader_health_job_failures = 3
+    featherreader_disable_scheduler = False
+
+
+def _stream_row(**facts):
+    row = {"state": "running", "connected": True, "ever_connected": True, "lag_secs": 1.0, "idle": None,
+           "disconnected_since": None, "last_error": None}
+    row.update(facts)
+    return {"stream": {"global": [row]}, "task": {"jetstream-engine": [{"subscriptions": ["global", "sync:0"]}]},
+            **({} if "sync" not in facts else {})}
+
+
+@pytest.mark.parametrize("facts, reasons", [
+    ({}, ["stream sync:0: no process is running it"]),
+    ({"lag_secs": 301.0}, ["stream global is 5 min behind the live stream (more than 300 s)",
+                           "stream sync:0: no process is running it"]),
+    ({"connected": False, "disconnected_since": 1000.0 - 59, "last_error": "reset"},
+     ["stream sync:0: no process is running it"]),
+    ({"connected": False, "disconnected_since": 1000.0 - 61, "last_error": "reset"},
+     ["stream global has been disconnected for 61 s (last error: reset)", "stream sync:0: no process is running it"]),
+], ids=["one-stream-unowned", "lagging", "disconnected-59s", "disconnected-61s"])
+def test_verdict_names_lag_over_the_bound_and_disconnects_over_a_minute(facts, reasons):
+    verdict = judge({}, _stream_row(**facts), _Settings(), now=1000.0)
+    assert verdict.reasons == reasons
+
+
+def test_verdict_treats_an_idle_shard_as_fine_and_a_watermark_pause_as_degraded():
+    idle = _stream_row(connected=False, ever_connected=False, idle="no account to follow")
+    idle["stream"]["sync:0"] = [{"connected": False, "ever_connected": False, "idle": "no account to follow"}]
+    assert judge({}, idle, _Settings(), now=1000.0).reasons == []
+    paused = _stream_row()
+    paused["stream"]["sync:0"] = [{"connected": False, "idle": "no account to follow"}]
+    saved = {"global": {"cursor_time_us": 1, "last_applied_at": 1, "paused": "database size 10 >= watermark 5"}}
+    assert judge(saved, paused, _Settings(), now=1000.0).reasons == [
+        "stream global: paused by the disk watermark (database size 10 >= watermark 5)"]
+
+
+def test_admin_is_403_for_anyone_not_listed(make_app):
+    app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR)
+    client = app.test_client()
+    assert client.get("/admin").status_code == 403  # signed out
+    sign_in(app, client, did="did:plc:someone", handle="someone.test")
+    assert client.get("/admin").status_code == 403
+    assert client.get("/admin/status").status_code == 403
+
+
+def test_admin_page_is_complete_without_javascript(make_app):
+    app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR, FEATHERREADER_NETWORK_INDEX=True)
+    client = app.test_client()
+    sign_in(app, client, did=OPERATOR, handle="operator.test")
+    response = client.get("/admin")
+    assert response.status_code == 200
+    html = response.get_data(as_text=True)
+    for heading in ("Streams", "Scheduled jobs", "Network catalogue", "Graph sync", "Timelines", "Database"):
+        assert f"<h2>{heading}</h2>" in html
+    assert "Overall: degraded" in html  # nothing runs the workers in this test
+    assert 'hx-get="/admin/status"' in html and 'hx-trigger="every 5s"' in html
+    assert "<script>" not in html
+
+
+def test_admin_shows_the_catalogue_and_timeline_figures(make_app):
+    app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR, FEATHERREADER_NETWORK_INDEX=True)
+    with app.app_context(), db.connection_context(), db.atomic():
+        for feed, count in (("https://a.example/feed", 5), ("https://b.example/feed", 4)):
+            db.execute_sql(current_dialect().q("INSERT INTO net_feed_rollup (feed_url, subscriber_count, first_seen,"
+                                               " last_seen) VALUES (?, ?, 1, 1)"), (feed, count))
+        for actor, uri in (("did:plc:a", "at://x/p/1"), ("did:plc:a", "at://x/p/2"), ("did:plc:b", "at://x/p/1")):
+            db.execute_sql(current_dialect().q("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                                               " VALUES (?, ?, 'post', 1)"), (actor, uri))
+    client = app.test_client()
+    sign_in(app, client, did=OPERATOR, handle="operator.test")
+    html = " ".join(client.get("/admin").get_data(as_text=True).split())
+    assert "<dt>Feeds at or over the floor (k = 5)</dt><dd>1</dd>" in html
+    assert "<dt>Actors</dt><dd>2</dd> <dt>Feed rows</dt><dd>3</dd>" in html
