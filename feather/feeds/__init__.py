@@ -55,9 +55,10 @@ def init_app(app) -> None:
 
 def _init_pages(app, settings) -> None:
     """The timeline page, the Bluesky feed generator and publishing (issue 16)."""
-    from feather.feeds import web
+    from feather.feeds import generator, web
 
     app.register_blueprint(web.bp)
+    generator.init_app(app, settings)
 
 
 def subscriptions(settings) -> list:
