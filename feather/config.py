@@ -170,6 +170,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FEATHERREADER_LOGIN_RATE_LIMIT", _int(1), "10",
             "Sign-in attempts allowed per client address per 5 minutes (login form and POST /api/session)."),
     Setting("FEATHERREADER_SESSION_DAYS", _int(1, 400), "30", "How long a browser stays signed in."),
+    Setting("FEATHERREADER_ADMIN_DIDS", _list, "",
+            "Comma-separated DIDs of this instance's operators (the /admin page, publishing feed generators)."),
     # --- network catalogue (feather/network)
     Setting("FEATHERREADER_RELAY_HOSTS", _list, "relay1.us-west.bsky.network,relay1.us-east.bsky.network",
             "Relays asked `listReposByCollection` (adoption count, rebuild enumeration). A bare host means "

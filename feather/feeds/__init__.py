@@ -55,9 +55,13 @@ def init_app(app) -> None:
 
 def _init_pages(app, settings) -> None:
     """The timeline page, the Bluesky feed generator and publishing (issue 16)."""
-    from feather.feeds import generator, web
+    from feather.auth.service import declare_scopes
+    from feather.feeds import generator, publish, publish_views, web
 
+    declare_scopes(publish.REPO_SCOPE)  # the client metadata must list every scope we may ask for
     app.register_blueprint(web.bp)
+    app.register_blueprint(publish_views.bp)
+    app.cli.add_command(publish_views.feeds_cli)
     generator.init_app(app, settings)
 
 
