@@ -54,7 +54,8 @@ def describe(client):
 def test_only_the_configured_operators_are_admins(make_app):
     app = make_app(FEATHERREADER_ADMIN_DIDS=f"{A}, did:plc:zzzz")
     with app.app_context():
-        assert [is_admin(d) for d in (A, "did:plc:zzzz", B, "", None)] == [True, True, False, False, False]
+        assert [is_admin(d) for d in (A, "did:plc:zzzz", B, f"{A}0", "did:plc:aaa", "", None)] == [
+            True, True, False, False, False, False, False]
 
 
 def test_someone_who_is_not_an_operator_cannot_publish(world):

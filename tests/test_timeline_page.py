@@ -69,7 +69,7 @@ def test_the_page_lists_the_feed_newest_first_with_name_handle_and_time(world):
 def test_older_posts_link_walks_the_whole_feed_by_keyset_cursor(world):
     app, client = world
     seen, url, pages = [], "/timeline?limit=2", 0
-    while url:
+    while url and pages < 10:  # a cursor that is ignored would page forever
         page = client.get(url).text
         seen += texts(page)
         url, pages = older_link(page), pages + 1
