@@ -128,8 +128,8 @@ SETTINGS: tuple[Setting, ...] = (
             "When the database reaches this size, consumers stop writing and disconnect, re-checking "
             "every 60 s. 0 disables the check."),
     Setting("FEATHERREADER_ADMIN_DIDS", _list, "",
-            "Comma-separated DIDs of the operators who may open `/admin` (the status page) once signed in. "
-            "Empty: nobody; everyone else gets 403."),
+            "Comma-separated DIDs of this instance's operators: once signed in they may open `/admin` (the "
+            "status page) and publish feed generators. Empty: nobody; everyone else gets 403."),
     Setting("FEATHERREADER_HEALTH_MAX_LAG_SECS", _int(1), "300",
             "`/health` says `degraded` when a connected stream has events waiting and its last applied "
             "event is older than this (seconds)."),

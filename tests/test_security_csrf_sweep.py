@@ -73,7 +73,7 @@ def test_the_sweep_sees_every_state_changing_route(make_app):
     assert [(e, m) for e, m, _ in unsafe_routes(app)] == [
         ("auth.api_sign_in", "POST"), ("auth.api_sign_out", "DELETE"), ("auth.consent", "POST"),
         ("auth.login", "POST"), ("auth.login_password", "POST"), ("auth.logout", "POST"),
-        ("jetstream_dev.dev_event", "POST"), ("network.attribution", "POST"), ("network.opt_out", "POST"),
+        ("feed_publish.act", "POST"), ("jetstream_dev.dev_event", "POST"), ("network.attribution", "POST"), ("network.opt_out", "POST"),
         ("sync.act", "POST"), ("sync_api.post_state", "POST")]
 
 

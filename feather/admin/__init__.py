@@ -17,10 +17,11 @@ REFRESH_SECS = 5
 
 
 def _require_operator():
+    from feather.auth import is_admin
     from feather.auth.web import current_account
 
     account = current_account()
-    if account is None or account.did not in current_app.config["FEATHER"].featherreader_admin_dids:
+    if account is None or not is_admin(account.did):  # the one place that decides who operates
         abort(403)
     return account
 

@@ -9,6 +9,7 @@ For other features:
     auth.consent_url(scopes, next, why) -> the page that asks the user for more scopes
     auth.pds_client(did)              -> feather.atproto.pds.PdsClient acting as did;
                                          raises auth.NeedsReauth (an AuthInvalid) when it cannot
+    auth.is_admin(did)                -> bool: one of this instance's operators (FEATHERREADER_ADMIN_DIDS)
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from feather.auth.service import AuthService, SignInError, declare_scopes
 from feather.auth.web import Account, current_account
 
 __all__ = ["Account", "AuthService", "NeedsReauth", "SignInError", "consent_url", "current_account",
-           "declare_scopes", "has_scopes", "login_required", "pds_client", "service"]
+           "declare_scopes", "has_scopes", "is_admin", "login_required", "pds_client", "service"]
 
 
 def service(app=None) -> AuthService:
@@ -39,6 +40,15 @@ def pds_client(did: str, app=None):
 
 def has_scopes(did: str, scopes, app=None) -> bool:
     return service(app).has_scopes(did, scopes)
+
+
+def is_admin(did: str | None, app=None) -> bool:
+    """Whether did is one of this instance's operators. The one place that decides it, so every
+    operator-only page (publishing feed generators, /admin) asks the same question."""
+    from flask import current_app
+
+    admins = (app or current_app).config["FEATHER"].featherreader_admin_dids
+    return bool(did) and did in admins
 
 
 def consent_url(scopes, next_url: str = "/", why: str = "") -> str:

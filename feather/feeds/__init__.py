@@ -1,6 +1,7 @@
 """Feeds: fan-out-on-write timelines (spec: /work/shared/specs/feeds.md).
 
-Feature hooks (feather/features.py): init_app registers the XRPC blueprint, subscriptions
+Feature hooks (feather/features.py): init_app registers the XRPC blueprint, the timeline page,
+the Bluesky feed generator and its publishing page (web.py, generator.py, publish_views.py), subscriptions
 joins the shared "global" stream with the configured collections (filtered by FEED_SERVE, see
 admission.py), jobs adds the prune tick (with the records sweep), the tombstone sweep and the
 author fetches.
@@ -44,11 +45,24 @@ def init_app(app) -> None:
                           "FEED_SERVICE_AUTH=1 needs this service's DID (the `aud` of getFeed tokens)")
     app.extensions["feeds"] = config
     app.register_blueprint(make_blueprint(config))
+    _init_pages(app, settings)
     if settings.feed_serve != "all" and config.feeds:
         from feather.feeds.admission import on_sign_in
 
         target = app  # the hook is called with the DID only; it needs this app
         app.extensions.setdefault("sign_in_hooks", []).append(lambda did: on_sign_in(target, did))
+
+
+def _init_pages(app, settings) -> None:
+    """The timeline page, the Bluesky feed generator and publishing (issue 16)."""
+    from feather.auth.service import declare_scopes
+    from feather.feeds import generator, publish, publish_views, web
+
+    declare_scopes(publish.REPO_SCOPE)  # the client metadata must list every scope we may ask for
+    app.register_blueprint(web.bp)
+    app.register_blueprint(publish_views.bp)
+    app.cli.add_command(publish_views.feeds_cli)
+    generator.init_app(app, settings)
 
 
 def subscriptions(settings) -> list:

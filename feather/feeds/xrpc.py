@@ -55,7 +55,7 @@ def get_feed():
         from feather.feeds.auth import verify_request
 
         issuer = verify_request(request.headers.get("Authorization"), config, settings,
-                                _ChargedKeys(sources_for(current_app)))
+                                ChargedKeys(sources_for(current_app)))
     did = _resolve(actor, charged=True)
     if issuer is not None and issuer != did:
         raise ApiError(403, "Forbidden", "feed actor must match the service-auth issuer")
@@ -75,7 +75,7 @@ def get_feed():
     return jsonify(query.run(config, collection, params, source))
 
 
-class _ChargedKeys:
+class ChargedKeys:
     """The sources as service auth sees them: the issuer is whatever DID the token claims, so
     fetching its document (before the signature can be checked) is paid for like any lookup."""
 

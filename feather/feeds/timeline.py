@@ -1,0 +1,128 @@
+"""A person's timeline as the page shows it: entries, paging, "N new posts", and filling-in state.
+
+The page reads exactly what getFeed reads (the same source and keyset pipeline, query.py and
+hybrid.py), so the page, the JSON and the Bluesky feed generator can never disagree about what
+is in a timeline or in which order. Only the first target of a feed is shown (a feed's first
+target is what getFeed answers by default, too).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from markupsafe import Markup
+
+from feather.db import current_dialect, db
+from feather.feeds import backfill, cursor as cursors, hybrid, query, render
+from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.schema import subject_expr
+
+PAGE_SIZE, MAX_PAGE_SIZE = 30, 100
+NEW_POSTS_CAP = 100  # "99+ new posts": counting further would only cost
+
+
+@dataclass
+class Entry:
+    uri: str
+    did: str
+    name: str | None  # display name from the author's profile record, if any
+    handle: str | None  # verified both ways, else None
+    html: Markup
+    embeds: list = field(default_factory=list)
+    url: str | None = None  # the post on bsky.app
+    ago: str = ""
+    exact: str = ""
+    iso: str = ""
+
+
+def page_size(raw: str | None) -> int:
+    value = query.parse_limit(raw) if raw else PAGE_SIZE
+    return min(value, MAX_PAGE_SIZE)
+
+
+def source(config: FeedsConfig, feed: Feed, did: str):
+    target = feed.targets[0]
+    return config.collections[target.short], hybrid.feed_source(config, feed, target, did)
+
+
+def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, limit: int,
+         now: float | None = None) -> tuple[list[Entry], str | None, str | None]:
+    """(entries newest first, the cursor of the next older page or None, the newest entry's
+    position as a cursor, for the new-posts check)."""
+    from feather.feeds.identities import hydrate
+
+    collection, src = source(config, feed, did)
+    page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or ""}, src)
+    records = page["records"]
+    handles = hydrate(app, config, [r["did"] for r in records]) if records else {}
+    names = _display_names(config, [r["did"] for r in records])
+    out = []
+    for r in records:
+        value = r["value"] if isinstance(r["value"], dict) else {}
+        url = render.post_url(r["uri"])
+        text = value.get("text")
+        if not isinstance(text, str):  # other collections: their most text-like field
+            text = next((value[k] for k in ("title", "name", "description") if isinstance(value.get(k), str)), "")
+        t = r["time_us"]
+        out.append(Entry(r["uri"], r["did"], names.get(r["did"]), handles.get(r["did"]),
+                         render.rich_text(text, value.get("facets")), render.embeds(value.get("embed"), url), url,
+                         render.ago(t, now), render.exact(t), render.iso(t)))
+    top = cursors.encode(records[0]["time_us"], records[0]["uri"], "time") if records else None
+    return out, page.get("cursor"), top
+
+
+def _display_names(config: FeedsConfig, dids: list[str]) -> dict[str, str]:
+    """Display names from stored profile records (identities.hydrate fetched the missing ones)."""
+    from feather.feeds import records
+
+    names: dict[str, str] = {}
+    if not dids:
+        return names
+    for nsid in config.profiles:
+        c = config.by_nsid(nsid)
+        if c is None:
+            continue
+        found = records.load_many(c, [f"at://{d}/{nsid}/self" for d in dict.fromkeys(dids)])
+        for uri, (_cid, text, _t) in found.items():
+            value = records.parse_value(text)
+            name = value.get("displayName") if isinstance(value, dict) else None
+            if isinstance(name, str) and name.strip():
+                names.setdefault(uri.split("/")[2], name.strip()[:64])
+    return names
+
+
+def newer_count(config: FeedsConfig, feed: Feed, did: str, top: str | None) -> int:
+    """Entries newer than top (a cursor of the newest entry shown), up to NEW_POSTS_CAP."""
+    position = cursors.decode(top, "time")
+    if position is None:
+        return 0
+    _collection, src = source(config, feed, did)
+    t, u = src.t, src.u
+    where = list(src.where) + [f"({t} > ? OR ({t} = ? AND {u} < ?))"]
+    sql = (f"SELECT count(*) FROM (SELECT 1 AS one {src.from_sql} WHERE {' AND '.join(where)}"
+           f" LIMIT {NEW_POSTS_CAP}) newer")
+    params = src.from_params + src.where_params + [position.t, position.t, position.u]
+    return int(db.execute_sql(current_dialect().q(sql), params).fetchone()[0])
+
+
+def filling(config: FeedsConfig, feed: Feed, did: str, now_ms: int | None = None) -> str | None:
+    """A sentence while the timeline is still being filled in, or None once it is complete.
+
+    Two stages: listing the person's follows from their PDS (the first-read backfill), then,
+    under admission, fetching the newest posts of everyone they follow (the feeds-fetch job).
+    """
+    q = current_dialect().q
+    row = db.execute_sql(q("SELECT completed, started_at, retries, last_error FROM feed_backfills"
+                           " WHERE actor = ? AND feed = ?"), (did, feed.name)).fetchone()
+    if row is None or not row[0]:
+        if row is not None and row[3] and row[2] >= backfill.BACKFILL_MAX_RETRIES:
+            return ("Your follows could not be listed from your server yet; Feather tries again every few "
+                    "minutes. Posts from people you follow still arrive as they are written.")
+        return "Filling in your timeline: listing the accounts you follow from your server."
+    follow = config.collections[feed.follow].table
+    pending = db.execute_sql(q(
+        f"SELECT count(*) FROM feed_fetches ff WHERE ff.fetched_us IS NULL AND ff.did IN"
+        f" (SELECT {subject_expr('f')} FROM {follow} f WHERE f.did = ?)"), (did,)).fetchone()[0]
+    if pending:
+        return (f"Filling in your timeline: fetching recent posts of {pending} account"
+                f"{'s' if pending != 1 else ''} you follow.")
+    return None

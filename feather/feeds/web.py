@@ -1,0 +1,92 @@
+"""The timeline page: /timeline for the signed-in person, complete without JavaScript.
+
+Without JavaScript: the newest page, an "Older posts" link (?cursor=…), a note and a Reload link
+while the timeline is being filled in, and one link per feed when several are configured.
+htmx only adds to that: the "Older posts" link loads the next page in place when it scrolls into
+view (/timeline/more), a notice polls for "N new posts" (/timeline/new), and while the timeline
+fills in, the region re-fetches itself (/timeline/region) until it is complete.
+"""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from flask import Blueprint, abort, current_app, render_template, request, url_for
+
+from feather.auth import current_account, login_required
+from feather.feeds import backfill, schema, timeline
+
+bp = Blueprint("timeline", __name__)
+
+
+def _config():
+    config = current_app.extensions["feeds"]
+    schema.ensure(config)
+    return config
+
+
+def _feed(config):
+    name = request.args.get("feed") or next(iter(config.feeds), None)
+    feed = config.feeds.get(name) if name else None
+    if feed is None:
+        abort(404, "There is no such feed on this instance.")
+    return feed
+
+
+def _url(endpoint: str, **params) -> str:
+    clean = {k: v for k, v in params.items() if v not in (None, "")}
+    return url_for(endpoint) + ("?" + urlencode(clean) if clean else "")
+
+
+def _context() -> dict:
+    config = _config()
+    feed = _feed(config)
+    did = current_account().did
+    app = current_app._get_current_object()
+    # Signing in already started this; a page view only restarts one that failed and is due again.
+    backfill.maybe_start(app, config, feed, did)
+    raw_limit = request.args.get("limit")
+    limit = timeline.page_size(raw_limit)
+    cursor = request.args.get("cursor") or None
+    entries, older, top = timeline.read(app, config, feed, did, cursor, limit)
+    keep = {"feed": feed.name if len(config.feeds) > 1 or request.args.get("feed") else None,
+            "limit": raw_limit and str(limit)}
+    return {
+        "feed": feed, "feeds": list(config.feeds), "entries": entries, "cursor": cursor,
+        "filling": timeline.filling(config, feed, did),
+        "older_url": _url("timeline.page", cursor=older, **keep) if older else None,
+        "more_url": _url("timeline.more", cursor=older, **keep) if older else None,
+        "new_url": _url("timeline.new", top=top, **keep) if top and not cursor else None,
+        "page_url": _url("timeline.page", **keep),
+        "region_url": _url("timeline.region", **keep),
+    }
+
+
+@bp.get("/timeline")
+@login_required
+def page():
+    return render_template("timeline/page.html", **_context())
+
+
+@bp.get("/timeline/region")
+@login_required
+def region():
+    """The part of the page that fills in (htmx polls it while the first backfill runs)."""
+    return render_template("timeline/_region.html", **_context())
+
+
+@bp.get("/timeline/more")
+@login_required
+def more():
+    """The next older page as list items, ending with the next "Older posts" item (htmx)."""
+    return render_template("timeline/_entries.html", **_context())
+
+
+@bp.get("/timeline/new")
+@login_required
+def new():
+    """The "N new posts" notice: a link to the newest page, or nothing (htmx polls it)."""
+    config = _config()
+    feed = _feed(config)
+    count = timeline.newer_count(config, feed, current_account().did, request.args.get("top"))
+    keep = {"feed": request.args.get("feed"), "limit": request.args.get("limit")}
+    return render_template("timeline/_new.html", count=count, page_url=_url("timeline.page", **keep))
