@@ -44,6 +44,9 @@ def init_app(app) -> None:
                           "FEED_SERVICE_AUTH=1 needs this service's DID (the `aud` of getFeed tokens)")
     app.extensions["feeds"] = config
     app.register_blueprint(make_blueprint(config))
+    from feather.feeds import personal
+
+    personal.register(app, config)
     if settings.feed_serve != "all" and config.feeds:
         from feather.feeds.admission import on_sign_in
 

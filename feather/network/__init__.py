@@ -19,6 +19,9 @@ def init_app(app) -> None:
     from feather.network import views
 
     views.init_app(app)
+    from feather.network import personal
+
+    personal.register(app)
     from feather.network import cli
 
     cli.init_app(app)
