@@ -1,4 +1,4 @@
-"""Feeds: fan-out-on-write timelines (spec: /work/shared/specs/feeds.md).
+"""Feeds: fan-out-on-write timelines (docs/DESIGN.md, "Timelines").
 
 Feature hooks (feather/features.py): init_app registers the XRPC blueprint, subscriptions
 joins the shared "global" stream with the configured collections (filtered by FEED_SERVE, see
