@@ -68,3 +68,15 @@ def test_the_readme_lists_every_setting_production_requires_and_the_key_command(
     for text in ("`SECRET_KEY`", "`FEATHERREADER_PUBLIC_URL`", "`FEATHERREADER_OAUTH_CLIENT_KEYS`",
                  "flask --app app new-oauth-client-key"):
         assert text in section
+
+
+def test_no_file_in_the_repository_names_a_path_outside_it():
+    """Docstrings, pages and docs point at the repository only (docs/DESIGN.md explains the designs)."""
+    outside = []
+    for folder in ("feather", "templates", "migrations", "tests", "docs", "demo", "bench", "static/css"):
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix in (".py", ".html", ".md", ".css", ".mjs") and "node_modules" not in path.parts:
+                text = path.read_text(errors="replace")
+                outside += [f"{path.relative_to(REPO)}: {needle}" for needle in ("/work/", "../shared")
+                            if needle in text and path.name != "test_product_operators.py"]
+    assert outside == []
