@@ -2,6 +2,9 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
+# Loopback unless told otherwise (HOST=0.0.0.0 make run serves the whole network).
+HOST ?= 127.0.0.1
+JETSTREAM_PORT ?= 6008
 PYTHON ?= python3
 
 .PHONY: run test install worker demo bench clean
@@ -12,9 +15,13 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# Third-party front-end code is installed from the npm registry (pinned by the lockfile), never committed.
-static/vendor/htmx.min.js: package.json package-lock.json
+# Third-party front-end code is installed from the npm registry (pinned by the lockfile), never committed:
+# htmx (served) and axe-core (injected by the browser tests, tests/browser/test_browser_pages.py).
+node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+static/vendor/htmx.min.js: node_modules/.installed
 	mkdir -p static/vendor
 	cp node_modules/htmx.org/dist/htmx.min.js static/vendor/htmx.min.js
 
@@ -25,14 +32,14 @@ install: $(BIN)/.installed static/vendor/htmx.min.js
 run: install
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app db upgrade
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} PORT=$(PORT) \
-		$(BIN)/gunicorn -k gevent -w 1 --access-logfile - --bind 0.0.0.0:$(PORT) app:app
+		$(BIN)/gunicorn -k gevent -w 1 --access-logfile - --bind $(HOST):$(PORT) app:app
 
 worker: install
 	FEATHERREADER_ENV=$${FEATHERREADER_ENV:-development} $(BIN)/flask --app app worker
 
 # Offline tour: a local Jetstream replaying demo/events.jsonl and Feather against it (instance/demo.db).
 demo: install
-	$(BIN)/python demo/run.py --port $(PORT)
+	$(BIN)/python demo/run.py --port $(PORT) --jetstream-port $(JETSTREAM_PORT)
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)

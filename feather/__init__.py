@@ -52,6 +52,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     security.init_app(app)
     errors.init_app(app)
     app.register_blueprint(pages.bp)
+    errors.form_retry(app, "pages.delete", pages.retry_delete)
     app.register_blueprint(health.bp)
     from feather import admin
     admin.init_app(app)

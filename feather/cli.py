@@ -29,3 +29,16 @@ def worker():
 def init_app(app) -> None:
     app.cli.add_command(db_cli)
     app.cli.add_command(worker)
+
+
+def stand_in_app(problem: str):
+    """What the flask CLI gets when the configuration is invalid (app.py): only the commands that
+    need no configuration, and `--help` says why the others are missing."""
+    from flask import Flask
+
+    from feather.auth import new_client_key
+
+    app = Flask("feather")
+    app.cli.help = f"The configuration is invalid ({problem}), so only these commands are available."
+    app.cli.add_command(new_client_key)
+    return app

@@ -93,6 +93,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Database. Empty: the SQLite file `feather.db` in `FEATHERREADER_DATA_DIR`. "
             "`sqlite:////abs/path.db` names another file; `postgresql://user:pw@host/db` selects PostgreSQL."),
     Setting("PORT", _int(1, 65535), "8000", "HTTP port `make run` and the Procfile bind."),
+    Setting("HOST", _str, "127.0.0.1",
+            "Address `make run` binds: loopback by default; `0.0.0.0` serves other machines too. (The Procfile "
+            "binds 0.0.0.0: a PaaS routes to it.)"),
     Setting("SECRET_KEY", _str, "",
             "Signs session cookies and CSRF tokens. Required in production (a known default is refused); "
             "in development a random key is generated once and kept in the data directory."),

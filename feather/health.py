@@ -3,7 +3,7 @@
 It reads one real table page (a bare `SELECT 1` touches no page and would miss a corrupt
 file) under a 2 s budget, and reports version, each stream (cursor, host, connection, lag, last
 error), each job's recent runs and the pause state. Only a measured database failure makes it
-503 (specs/network.md §2.1); anything else wrong is `"status": "degraded"` with `reasons`, read
+503; anything else wrong is `"status": "degraded"` with `reasons`, read
 from what the worker processes publish (feather/status.py). No network call, ever.
 """
 from __future__ import annotations

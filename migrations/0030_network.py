@@ -1,4 +1,4 @@
-"""Network catalogue (specs/network.md §4.3, §5.3, §7.2): every table is a droppable projection.
+"""Network catalogue (docs/DESIGN.md, "The network catalogue"): every table is a droppable projection.
 
 Times are µs since the epoch (BIGINT) so ordering and eviction are exact on both databases;
 `feed_url` compares byte-wise (d.byte_text) so `ORDER BY feed_url` is the same everywhere.

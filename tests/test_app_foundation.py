@@ -172,7 +172,7 @@ def test_post_without_csrf_token_is_refused(make_app):
     client = app.test_client()
     response = client.post("/form-under-test", data={"x": "1"})
     assert response.status_code == 400
-    assert "form expired" in response.get_data(as_text=True)
+    assert "This form had expired, so nothing was sent. Check it and send it again." in response.get_data(as_text=True)
 
 
 def test_post_with_csrf_token_is_accepted(make_app):

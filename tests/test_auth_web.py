@@ -31,7 +31,7 @@ def test_login_page_is_a_plain_form_with_a_csrf_field(client):
 def test_login_post_without_csrf_token_is_refused(client):
     r = client.post("/login", data={"identifier": "alice.example.com"})
     assert r.status_code == 400
-    assert b"The form expired or was not sent from this site." in r.data
+    assert b"This form had expired, so nothing was sent. Check it and send it again." in r.data
 
 
 def test_api_session_post_without_csrf_header_is_refused_as_json(make_app):

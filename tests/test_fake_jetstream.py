@@ -1,5 +1,5 @@
 """Behaviour of the fake legacy Jetstream (tests/support/fake_jetstream.py) against the fact sheet
-(/work/shared/notes/jetstream.md §2-§4, §8, §14), driven by websocket-client like Feather's consumer."""
+(Jetstream's documented wire format: event shapes, query parameters, options_update), driven by websocket-client like Feather's consumer."""
 from __future__ import annotations
 
 import json

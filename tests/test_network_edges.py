@@ -111,7 +111,9 @@ def test_opt_out_inserts_and_deletes_in_one_transaction(make_app, monkeypatch):
         raise RuntimeError("fault between the opt-out's insert and its delete")
 
     monkeypatch.setattr(store, "delete_did", fail)
-    client = app.test_client()
+    from tests.test_network_page import with_directory
+
+    client = with_directory(app).test_client()
     html = client.get("/network/opt-out").get_data(as_text=True)
     token = html.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
     assert client.post("/network/opt-out", data={"handle": "did:plc:a", "csrf_token": token}).status_code == 500

@@ -30,9 +30,38 @@ def seed(app, feeds: dict[str, int], start=0):
         jstore.apply_batch(sub, events, None)
 
 
+class Directory:
+    """The network's identity directory as the opt-out sees it: DIDs in `existing` have a DID
+    document (all of them when None); any other DID is an account nobody made."""
+
+    def __init__(self, existing=None, handles=None):
+        self.existing, self.handles = existing, handles or {}
+
+    def resolve_actor(self, ident):
+        from feather.atproto.identity import IdentityError
+
+        if ident.startswith("did:"):
+            return ident
+        if ident not in self.handles:
+            raise IdentityError(f"The handle {ident} does not resolve.", ident)
+        return self.handles[ident]
+
+    def resolve_did(self, did):
+        from feather.atproto.identity import UnresolvableDid
+
+        if self.existing is not None and did not in self.existing:
+            raise UnresolvableDid(f"No DID document for {did}.", did)
+        return object()
+
+
+def with_directory(app, existing=None, handles=None):
+    app.extensions["identity_resolver"] = Directory(existing, handles)
+    return app
+
+
 @pytest.fixture
 def page_app(make_app):
-    return make_app(FEATHERREADER_NETWORK_PAGE=True)
+    return with_directory(make_app(FEATHERREADER_NETWORK_PAGE=True))
 
 
 def csrf(client, path):
@@ -135,12 +164,7 @@ def test_opt_out_is_a_plain_form_post_that_deletes_rows_and_redirects(page_app):
 
 
 def test_opt_out_resolves_a_handle_to_its_did(page_app):
-    class Resolver:
-        def resolve_actor(self, ident):
-            assert ident == "alice.example.com"
-            return "did:plc:alice"
-
-    page_app.extensions["identity_resolver"] = Resolver()
+    with_directory(page_app, handles={"alice.example.com": "did:plc:alice"})
     client = page_app.test_client()
     token = csrf(client, "/network/opt-out")
     resp = client.post("/network/opt-out", data={"handle": "@alice.example.com", "csrf_token": token})
@@ -149,12 +173,31 @@ def test_opt_out_resolves_a_handle_to_its_did(page_app):
         assert db.execute_sql("SELECT did FROM net_optout").fetchall() == [("did:plc:alice",)]
 
 
+def test_opting_out_an_account_nobody_made_says_so_whether_or_not_the_did_was_indexed(page_app):
+    seed(page_app, {"https://gone.example/feed": 5})  # did:plc:s0 … s4 are indexed
+    with_directory(page_app, existing=set())  # and none of them resolves any more, nor does the invented one
+    client = page_app.test_client()
+    token = csrf(client, "/network/opt-out")
+    answers = []
+    for did in ("did:plc:s0", "did:plc:invented"):
+        resp = client.post("/network/opt-out", data={"handle": did, "csrf_token": token})
+        html = resp.get_data(as_text=True)
+        assert resp.status_code == 400 and "You are opted out" not in html
+        answers.append(re.search(r'<p class="flash notice error" role="alert" id="handle-error">([^<]*)</p>', html).group(1))
+    assert answers == [
+        f"No account called {did} could be found on the network, so nothing was changed. Check the spelling: "
+        "a handle looks like alice.bsky.social, a DID like did:plc:abc123." for did in ("did:plc:s0", "did:plc:invented")]
+    with db.connection_context():
+        assert db.execute_sql("SELECT count(*) FROM net_optout").fetchone()[0] == 0
+        assert db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0] == 5
+
+
 def test_opt_out_without_the_csrf_token_is_refused(page_app):
     assert page_app.test_client().post("/network/opt-out", data={"handle": "did:plc:x"}).status_code == 400
 
 
 def test_opt_out_is_rate_limited_like_login(make_app):
-    client = make_app(FEATHERREADER_LOGIN_RATE_LIMIT=2).test_client()
+    client = with_directory(make_app(FEATHERREADER_LOGIN_RATE_LIMIT=2)).test_client()
     token = csrf(client, "/network/opt-out")
     codes = [client.post("/network/opt-out", data={"handle": f"did:plc:x{i}", "csrf_token": token}).status_code
              for i in range(3)]

@@ -11,7 +11,7 @@ import pytest
 
 ALICE = "did:plc:alice000000000000000000"
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
-CSRF_PAGE = b"The form expired or was not sent from this site."
+CSRF_PAGE = b"This form had expired, so nothing was sent. Check it and send it again."
 
 # Blueprints that opt out of flask-wtf's automatic check, and why they are still safe; the sweep
 # holds each to its own rule below. Anything else exempt fails the test.
@@ -28,6 +28,7 @@ BODIES = {
     "auth.consent": {"data": {"scope": "atproto", "next": "/"}},
     "auth.api_sign_in": {"json": {"identifier": "alice.test", "password": "abcd-efgh-ijkl-mnop"}},
     "sync.act": {"data": {"action": "enable"}},
+    "pages.delete": {"data": {"confirm": "1"}},
     "sync_api.post_state": {"json": {"enabled": True}},
     "jetstream_dev.dev_event": {"json": {"did": ALICE, "op": "create", "collection": "app.bsky.graph.follow",
                                          "subject": "did:plc:bob"}},
@@ -73,8 +74,8 @@ def test_the_sweep_sees_every_state_changing_route(make_app):
     assert [(e, m) for e, m, _ in unsafe_routes(app)] == [
         ("auth.api_sign_in", "POST"), ("auth.api_sign_out", "DELETE"), ("auth.consent", "POST"),
         ("auth.login", "POST"), ("auth.login_password", "POST"), ("auth.logout", "POST"),
-        ("feed_publish.act", "POST"), ("jetstream_dev.dev_event", "POST"), ("network.attribution", "POST"), ("network.opt_out", "POST"),
-        ("sync.act", "POST"), ("sync_api.post_state", "POST")]
+        ("feed_publish.act", "POST"), ("jetstream_dev.dev_event", "POST"), ("network.attribution", "POST"),
+        ("network.opt_out", "POST"), ("pages.delete", "POST"), ("sync.act", "POST"), ("sync_api.post_state", "POST")]
 
 
 def test_only_the_known_blueprints_are_exempt_from_the_automatic_check(make_app):

@@ -7,7 +7,8 @@ from tests.test_sync_views import csrf, in_db, sign_in, sync_rows, world  # noqa
 SIGNED_OUT = {"error": "AuthenticationRequired",
               "message": "Sign in first: POST /api/session with an app password, or sign in on the web."}
 BAD_CSRF = {"error": "InvalidCsrfToken",
-            "message": "The form expired or was not sent from this site. Reload the page and try again."}
+            "message": "Missing or invalid CSRF token. Send the header X-CSRF-Token with the csrfToken from "
+                       "GET /api/session (with the same session cookie)."}
 APPS = ["bluesky", "tangled", "sifa", "grain", "semble"]
 
 

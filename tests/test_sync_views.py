@@ -92,6 +92,9 @@ def test_own_user_page_has_the_panel_and_others_do_not(world):
     body = client.get("/u/alice.test").get_data(as_text=True)
     assert body.index("Social graph sync") < body.index("You are signed in as")  # the panel comes first
     assert f'href="{PAGE}"' in body and ALICE in body
+    assert client.get("/u/bob.test").status_code == 404  # bob never signed in here: nobody's page
+    bob = app.test_client()
+    sign_in(app, bob, did=BOB, handle="bob.test")
     other = client.get("/u/bob.test").get_data(as_text=True)
     assert "Manage social graph sync" not in other and "@bob.test" in other
 
@@ -141,7 +144,7 @@ def test_enable_without_confirm_goes_to_the_preview_and_without_csrf_is_refused(
     r = client.post(PAGE, data={"action": "enable", "apps": ["bluesky", "tangled"], "csrf_token": csrf(client)})
     assert (r.status_code, r.headers["Location"]) == (303, PAGE + "/preview?apps=bluesky%2Ctangled")
     r = client.post(PAGE, data={"action": "enable", "confirm": "1", "apps": ["bluesky", "tangled"]})
-    assert r.status_code == 400 and b"The form expired or was not sent from this site." in r.data
+    assert r.status_code == 400 and b"This form had expired, so nothing was sent. Check it and send it again." in r.data
     assert sync_rows(app, "sync_sets") == []
 
 

@@ -4,6 +4,7 @@ For other features:
     from feather import auth
     auth.declare_scopes("repo:app.bsky.graph.follow?action=create&action=delete")   # in init_app
     auth.current_account()            -> Account(did, handle, needs_reauth, message) | None
+    auth.known_account(handle_or_did) -> (did, handle) of an account that signed in here | None
     auth.login_required               view decorator (redirects to /login?next=…)
     auth.has_scopes(did, scopes)      -> bool: granted already?
     auth.consent_url(scopes, next, why) -> the page that asks the user for more scopes
@@ -22,10 +23,11 @@ import click
 
 from feather.auth.grants import NeedsReauth
 from feather.auth.service import AuthService, SignInError, declare_scopes
-from feather.auth.web import Account, current_account
+from feather.auth.web import Account, current_account, known_account
 
 __all__ = ["Account", "AuthService", "NeedsReauth", "SignInError", "consent_url", "current_account",
-           "declare_scopes", "has_scopes", "is_admin", "login_required", "pds_client", "service"]
+           "declare_scopes", "has_scopes", "is_admin", "known_account", "login_required", "pds_client",
+           "service"]
 
 
 def service(app=None) -> AuthService:
@@ -84,8 +86,16 @@ def init_app(app) -> None:
         app.extensions["auth"].oauth  # noqa: B018 - fail at start, not at the first sign-in
     app.config["PERMANENT_SESSION_LIFETIME"] = timedelta(days=settings.featherreader_session_days)
     app.register_blueprint(bp)
+    from feather.auth.views import retry_sign_in
+    from feather.errors import form_retry
+
+    for endpoint in ("auth.login", "auth.login_password"):
+        form_retry(app, endpoint, retry_sign_in)
     app.jinja_env.globals["auth_account"] = current_account
     app.cli.add_command(new_client_key)
+    from feather.auth import personal
+
+    personal.register(app)
 
     @app.errorhandler(IdentityError)
     def _identity(exc: IdentityError):

@@ -237,14 +237,23 @@ class AuthService:
 
     def sign_out_everywhere(self, did: str) -> None:
         """Revoke the grant at the server (best effort) and forget it here."""
+        self.revoke_everywhere(did)
+        self.grants.delete(did)
+
+    def revoke_everywhere(self, did: str) -> None:
+        """End the session at the person's server (best effort); the grant row stays for the caller.
+        OAuth: both tokens at the revocation endpoint (refresh first: it is what keeps the session
+        alive). App password: deleteSession with the refresh token, which ends that session."""
         try:
             grant = self.grants.usable(did)
             if grant.kind == "oauth":
-                self.oauth.revoke(self.oauth.server(grant.issuer), grant.dpop_key, grant.as_nonce, grant.refresh,
-                                  grant.client_kid)
-        except (NeedsReauth, OAuthError):
+                server = self.oauth.server(grant.issuer)
+                for token in (grant.refresh, grant.access):
+                    self.oauth.revoke(server, grant.dpop_key, grant.as_nonce, token, grant.client_kid)
+            elif grant.refresh:
+                self._xrpc_post(grant.pds_url, "com.atproto.server.deleteSession", None, token=grant.refresh)
+        except (NeedsReauth, OAuthError, SignInError):
             pass
-        self.grants.delete(did)
 
 
 def _origin(url: str) -> str:

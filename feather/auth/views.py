@@ -94,11 +94,11 @@ def login_password():
     identifier = request.form.get("identifier", "").strip()
     next_url = safe_next(request.form.get("next"))
     if _rate_limited():
-        return _page("auth/login.html", 429, error=TOO_MANY, identifier=identifier, next=next_url)
+        return _page("auth/login.html", 429, error=TOO_MANY, identifier=identifier, next=next_url, form="password")
     try:
         did = _service().sign_in_password(identifier, request.form.get("password", ""))
     except SignInError as e:
-        return _page("auth/login.html", 400, error=str(e), identifier=identifier, next=next_url)
+        return _page("auth/login.html", 400, error=str(e), identifier=identifier, next=next_url, form="password")
     start_session(did)
     return redirect(next_url, 303)
 
@@ -165,6 +165,14 @@ def consent():
         return _page("auth/consent.html", 400, error=str(e), scopes=scopes, next=safe_next(None), why="")
     _remember_state(state)
     return redirect(target, 303)
+
+
+def retry_sign_in(sentence: str):
+    """A sign-in form again after its token expired (feather/errors.py): what was typed, one sentence.
+    The password is never sent back to the browser; the person types it again."""
+    form = "password" if request.endpoint == "auth.login_password" else "oauth"
+    return _page("auth/login.html", 400, error=sentence, identifier=request.form.get("identifier", "").strip(),
+                 next=safe_next(request.form.get("next")), form=form)
 
 
 @bp.get("/oauth-client-metadata.json")

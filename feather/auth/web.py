@@ -84,3 +84,10 @@ def over_rate_limit(key: str, limit: int, now: float | None = None) -> bool:
          " ON CONFLICT (bucket) DO UPDATE SET hits = auth_rate.hits + 1", (bucket, window + RATE_WINDOW_SECS))
     hits = _sql("SELECT hits FROM auth_rate WHERE bucket = ?", (bucket,)).fetchone()[0]
     return hits > limit
+
+
+def known_account(handle_or_did: str) -> tuple[str, str | None] | None:
+    """(did, handle) of an account that signed in here, by handle or DID; None for anyone else."""
+    row = _sql("SELECT did, handle FROM auth_grant WHERE did = ? OR handle = ?",
+               (handle_or_did, handle_or_did)).fetchone()
+    return (row[0], row[1]) if row else None

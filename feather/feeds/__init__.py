@@ -1,4 +1,4 @@
-"""Feeds: fan-out-on-write timelines (spec: /work/shared/specs/feeds.md).
+"""Feeds: fan-out-on-write timelines (docs/DESIGN.md, "Timelines").
 
 Feature hooks (feather/features.py): init_app registers the XRPC blueprint, the timeline page,
 the Bluesky feed generator and its publishing page (web.py, generator.py, publish_views.py), subscriptions
@@ -46,6 +46,9 @@ def init_app(app) -> None:
     app.extensions["feeds"] = config
     app.register_blueprint(make_blueprint(config))
     _init_pages(app, settings)
+    from feather.feeds import personal
+
+    personal.register(app, config)
     if settings.feed_serve != "all" and config.feeds:
         from feather.feeds.admission import on_sign_in
 

@@ -1,6 +1,6 @@
 """The feeds configuration: a TOML file named by FEATHERREADER_CONFIG, or the built-in default.
 
-Shape (mirrors Contrail's `ContrailConfig`, see /work/shared/specs/feeds.md):
+Shape (mirrors Contrail's `ContrailConfig`; docs/DESIGN.md, "Timelines"):
 
     namespace = "com.example"
     [collections.post]

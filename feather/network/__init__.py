@@ -1,4 +1,4 @@
-"""The network catalogue (spec: /work/shared/specs/network.md, Capabilities 1 and 2, §7.2, §8).
+"""The network catalogue (docs/DESIGN.md, "The network catalogue").
 
 Capability 1, on by default: a periodic relay count of repos holding rss subscription records.
 Capability 2, off unless FEATHERREADER_NETWORK_INDEX: a projection of those public records
@@ -19,6 +19,9 @@ def init_app(app) -> None:
     from feather.network import views
 
     views.init_app(app)
+    from feather.network import personal
+
+    personal.register(app)
     from feather.network import cli
 
     cli.init_app(app)

@@ -1,6 +1,6 @@
 """Which feed URLs may enter the catalogue, and the one spelling each is counted under.
 
-classify() follows FeatherReader's `classify_feed_privacy` rule order (notes/feather-reader.md):
+classify() follows FeatherReader's `classify_feed_privacy` rule order:
 the first matching rule wins and anything unmatched is public. The catalogue drops every URL
 classified private at index time (spec §12.5): a stranger's record may carry a secret-bearing
 URL that another reader wrote without checking, and we must neither keep nor show it.

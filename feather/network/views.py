@@ -108,6 +108,10 @@ def count():
     return jsonify({"url": canonical, **({"subscribers": n} if n is not None else {})})
 
 
+UNRESOLVED = ("No account called {} could be found on the network, so nothing was changed. Check the "
+              "spelling: a handle looks like alice.bsky.social, a DID like did:plc:abc123.")
+
+
 @bp.route("/network/opt-out", methods=["GET", "POST"])
 def opt_out():
     if request.method == "GET":
@@ -121,9 +125,13 @@ def opt_out():
     from feather.atproto.identity import IdentityError, resolver_for
 
     try:
-        did = resolver_for(current_app).resolve_actor(handle)
-    except IdentityError as exc:
-        return render_template("network/opt_out.html", handle=handle, error=str(exc)), 400
+        resolver = resolver_for(current_app)
+        did = resolver.resolve_actor(handle)
+        resolver.resolve_did(did)  # an invented DID is no account: say so rather than "opted out"
+    except IdentityError:
+        # The same sentence whatever went wrong, and before any catalogue read: it says nothing about
+        # whether an account by that name was indexed.
+        return render_template("network/opt_out.html", handle=handle, error=UNRESOLVED.format(handle)), 400
     with db.atomic():
         store.opt_out(did)
     # The same answer for every input, and no DID in the log: whether (and how much of) an
@@ -160,8 +168,9 @@ def attribution():
 def my_records():
     """A reader's page: your subscription records read straight off your PDS, as a stranger would."""
     user = consent.current_user()
-    if user is None:
-        return render_template("network/attribution.html", user=None), 401
+    if user is None:  # there is nothing to show without knowing whose records: sign in, then come back
+        return redirect(url_for("auth.login_form", next=request.path) if "auth.login_form" in current_app.view_functions
+                        else url_for("network.attribution"), code=303)
     from feather.network.portability import read_subscriptions
 
     try:
@@ -174,8 +183,17 @@ def my_records():
                            opted_out=store.is_opted_out(user["did"]))
 
 
+def _retry_opt_out(sentence: str):
+    """The opt-out form again after its token expired, with what was typed."""
+    handle = (request.form.get("handle") or "").strip()
+    return render_template("network/opt_out.html", handle=handle, error=sentence), 400
+
+
 def init_app(app) -> None:
+    from feather.errors import form_retry
+
     app.register_blueprint(bp)
+    form_retry(app, "network.opt_out", _retry_opt_out)
     app.jinja_env.filters["safe_link"] = safe_link
     app.jinja_env.filters["format_us"] = format_us
     app.jinja_env.globals["network_about"] = network_about

@@ -1,4 +1,4 @@
-"""Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (specs/graph-sync.md).
+"""Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (docs/DESIGN.md, "Graph sync").
 
 Feature hooks (feather/features.py):
   subscriptions  shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
@@ -39,6 +39,9 @@ def init_app(app) -> None:
     app.extensions.setdefault("sign_in_hooks", []).append(_resume_on_sign_in)
     app.register_blueprint(views.bp)
     app.register_blueprint(api.bp)
+    from feather.sync import personal
+
+    personal.register(app)
 
 
 def _resume_on_sign_in(did: str) -> None:

@@ -1,6 +1,6 @@
 """The apps graph sync knows: follow and profile collections, verified from each app's lexicons.
 
-Sources are in /work/shared/notes/graph-apps.json. Adding an app means a row here plus its key in
+Sources: each app's published lexicons. Adding an app means a row here plus its key in
 lexicons/run/airglow/graphSync.json (apps.items.knownValues); a test fails until both agree.
 
 Semble is the odd one: its follow subject may be a collection AT-URI (only `did:` subjects are

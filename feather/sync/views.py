@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, url_for
 
-from feather.auth import consent_url, current_account, has_scopes, login_required
+from feather.auth import consent_url, current_account, has_scopes, known_account, login_required
 from feather.sync import apps as registry
 from feather.sync import preview, service, status
 from feather.sync.api import parse_apps, writer
@@ -84,6 +84,9 @@ def public():
 def user(handle: str):
     account = current_account()
     own = account is not None and handle in (account.handle, account.did)
+    if not own and known_account(handle) is None:
+        # Only people who signed in here have a page; anyone else would be a page about a stranger.
+        abort(404, f"Nobody called {handle} uses this Feather server.")
     sync_set = get_set(account.did) if own else None
     return render_template("users/show.html", handle=handle, account=account if own else None,
                            sync_available=len(_offered()) >= 2, sync_set=sync_set,

@@ -59,7 +59,7 @@ def test_app_password_sign_in_and_sign_out(page_nojs, pds):
         page_nojs.get_by_role("button", name="Sign out").click()
     posted_and_redirected(nav.value, "/")
     assert page_nojs.locator("header.site .account").count() == 0
-    assert page_nojs.get_by_role("link", name="Sign in").is_visible()
+    assert page_nojs.locator("header.site").get_by_role("link", name="Sign in").is_visible()
     assert_clean_console(page_nojs)
 
 

@@ -32,5 +32,5 @@ def test_forms_work_the_same_with_javascript_on(page_js, pds):
     assert page_js.url.endswith("/about")
     with page_js.expect_navigation():
         page_js.get_by_role("button", name="Sign out").click()
-    assert page_js.get_by_role("link", name="Sign in").is_visible()
+    assert page_js.locator("header.site").get_by_role("link", name="Sign in").is_visible()
     assert_clean_console(page_js)

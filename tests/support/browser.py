@@ -4,7 +4,7 @@ Fixtures (loaded by tests/browser/conftest.py):
     feather_server (session) -> FeatherServer: `gunicorn -k gevent -w 1 app:app` on a free loopback port,
                                 development mode, a temp SQLite file, sign-in pointed at the `pds` fixture
     browser        (session) -> a Playwright Browser: /usr/bin/chromium headless with the flags that work
-                                on this machine's closed network (ci-services.md), a fresh profile
+                                on a closed network (no sandbox, no background traffic), a fresh profile
     page_nojs                -> a Page in a context with JavaScript disabled (plain forms, POST + 303)
     page_js                  -> a Page with JavaScript on (htmx)
     Both pages collect `page.console_errors` (console errors, page errors, CSP violations) and are

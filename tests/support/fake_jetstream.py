@@ -1,4 +1,4 @@
-"""A small, faithful fake of the legacy Jetstream v1 `/subscribe` server (see /work/shared/notes/jetstream.md).
+"""A small, faithful fake of the legacy Jetstream v1 `/subscribe` server.
 
 CLI (a separate process; asyncio + websockets, no gevent):
     python -m tests.support.fake_jetstream --host 127.0.0.1 --port 0 [--log F.jsonl] [--ttl-secs N]

@@ -5,7 +5,7 @@
     bridge.stop()
 
 A background thread (a greenlet once gevent has patched the process) reads the PDS's websocket and turns each
-event into legacy Jetstream v1 frames, the way the legacy Jetstream consumer does (notes/jetstream.md §2):
+event into legacy Jetstream v1 frames, the way the legacy Jetstream consumer does:
 
     #commit   -> one frame per op: {"did", "kind": "commit",
                                     "commit": {"rev", "operation", "collection", "rkey", "record", "cid"}}

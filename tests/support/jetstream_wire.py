@@ -1,7 +1,7 @@
 """Jetstream legacy (v1) wire helpers: frame shaping and subscriber-option parsing.
 
 Pure functions, no I/O. Used by tests/support/fake_jetstream.py and usable from tests.
-Facts come from /work/shared/notes/jetstream.md (§2 shapes, §3 params, §4 options_update).
+Facts come from Jetstream's documented wire format (event shapes, query parameters, options_update).
 """
 from __future__ import annotations
 

@@ -1,0 +1,93 @@
+"""Timelines' part of "your data" (feather/personal.py) and the newest entries on the home page.
+
+What is about the person: that their timeline is kept here (feed_actors), the timeline itself
+(feed_items: which posts, not the posts), and its backfill bookkeeping. The posts belong to their
+authors and stay while someone else served follows them; the person's own public follow records
+go with the next records sweep, once they are no longer served (storage.py).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from feather.db import current_dialect, db
+
+HOME_ENTRIES = 5
+
+
+def _sql(sql: str, params=()):
+    return db.execute_sql(current_dialect().q(sql), params)
+
+
+def describe(did: str) -> list[str]:
+    lines = []
+    row = _sql("SELECT source, added_us FROM feed_actors WHERE did = ?", (did,)).fetchone()
+    if row is not None:
+        since = time.strftime("%Y-%m-%d", time.gmtime(int(row[1]) / 1_000_000))
+        lines.append(f"That your timeline is kept on this server (since {since}).")
+    items = _sql("SELECT COUNT(*) FROM feed_items WHERE actor = ?", (did,)).fetchone()[0]
+    if items:
+        lines.append(f"Your timeline: {items:,} entr{'y' if items == 1 else 'ies'}, each a link to a public "
+                     "post by someone you follow and its time.")
+    return lines
+
+
+def export(did: str) -> dict:
+    row = _sql("SELECT source, added_us FROM feed_actors WHERE did = ?", (did,)).fetchone()
+    return {
+        "served": {"source": row[0], "added_us": row[1]} if row else None,
+        "timeline": [{"uri": u, "collection": c, "time_us": t} for u, c, t in _sql(
+            "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC", (did,))],
+        "backfills": [{"feed": f, "completed": bool(c)} for f, c in _sql(
+            "SELECT feed, completed FROM feed_backfills WHERE actor = ?", (did,))],
+    }
+
+
+def delete(did: str) -> None:
+    from feather.feeds.admission import bump
+
+    _sql("DELETE FROM feed_items WHERE actor = ?", (did,))
+    _sql("DELETE FROM feed_backfills WHERE actor = ?", (did,))
+    if _sql("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount:
+        bump()  # the ingesting process rebuilds its filter: this actor is no longer served
+
+
+def newest(config, did: str, limit: int = HOME_ENTRIES) -> list[dict]:
+    """The newest timeline entries with their text, for the home page (no network call)."""
+    from feather.feeds.records import load_many
+
+    found = [{"uri": u, "collection": c, "time_us": t, "author": u.split("/")[2], "text": None} for u, c, t in _sql(
+        "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC LIMIT ?",
+        (did, limit))]
+    by_collection: dict[str, list[dict]] = {}
+    for entry in found:
+        by_collection.setdefault(entry["collection"], []).append(entry)
+    for nsid, entries in by_collection.items():
+        c = config.by_nsid(nsid)
+        stored = load_many(c, [e["uri"] for e in entries]) if c else {}
+        for e in entries:
+            record = json.loads(stored[e["uri"]][1] or "null") if e["uri"] in stored else None
+            if isinstance(record, dict) and isinstance(record.get("text"), str):
+                e["text"] = record["text"][:280]
+    handles = dict(_sql("SELECT did, handle FROM feed_identities WHERE handle IS NOT NULL AND did IN ("
+                        + ", ".join("?" * len(found)) + ")", [e["author"] for e in found]).fetchall()) if found else {}
+    for e in found:
+        e["who"] = f"@{handles[e['author']]}" if e["author"] in handles else e["author"]
+        e["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(e["time_us"] / 1_000_000))
+        e["iso"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e["time_us"] / 1_000_000))
+    return found
+
+
+def register(app, config) -> None:
+    from feather.personal import Holding, register as add, register_panel
+
+    add(app, Holding("timelines", "Timelines", describe, export, delete, order=10))
+    if not config.feeds:
+        return
+
+    def panel(account):
+        from flask import current_app
+
+        page = "timeline.page" if "timeline.page" in current_app.view_functions else None
+        return "feeds/_home.html", {"entries": newest(config, account.did), "page": page}
+    register_panel(app, panel, order=10)
