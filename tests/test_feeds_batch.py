@@ -19,7 +19,8 @@ from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, PROFILE, FakeSources, create, delete, feeds_app, follow, iso, post, rows, toml,
 )
 
-DIDS = [f"did:plc:{c * 4}" for c in "abcdef"]
+FEW = [f"did:plc:{c * 4}" for c in "abcdef"]  # nearly every step meets another: the ordered path
+MANY = [f"did:plc:many{i:03d}" for i in range(60)]  # mostly independent steps: the set-based path
 TABLES = {
     "feed_items": "SELECT actor, uri, collection, time_us FROM feed_items ORDER BY actor, uri",
     "posts": "SELECT uri, did, rkey, cid, record, time_us FROM feed_records_post ORDER BY uri",
@@ -48,7 +49,7 @@ def app(make_app, tmp_path):
                      sources=FakeSources())
 
 
-def random_batches(seed: int, batches: int = 6, size: int = 40) -> list[list]:
+def random_batches(seed: int, dids: list[str], batches: int = 6, size: int = 40) -> list[list]:
     rng = random.Random(seed)
     t = BASE_US
     out = []
@@ -56,7 +57,7 @@ def random_batches(seed: int, batches: int = 6, size: int = 40) -> list[list]:
         batch = []
         for _ in range(size):
             t += rng.randint(0, 3)  # equal times happen: the uri tie-break matters
-            did, other = rng.choice(DIDS), rng.choice(DIDS)
+            did, other = rng.choice(dids), rng.choice(dids)
             rkey = f"k{rng.randrange(6)}"  # few rkeys: the same URI comes back often
             roll = rng.random()
             if roll < 0.35:
@@ -76,7 +77,8 @@ def random_batches(seed: int, batches: int = 6, size: int = 40) -> list[list]:
     return out
 
 
-def apply_log(app, batches, ordered_only: bool) -> dict:
+def apply_log(app, batches, ordered_only: bool, paths=None) -> dict:
+    """Apply the log from empty tables; paths (a dict) counts the steps each path took."""
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context():
         for table in ("feed_items", "feed_records_post", "feed_records_follow", "feed_records_profile",
@@ -84,7 +86,10 @@ def apply_log(app, batches, ordered_only: bool) -> dict:
             db.execute_sql(f"DELETE FROM {table}")
         for events in batches:
             with db.atomic():
-                apply.apply_commits(config, events, ordered_only=ordered_only)
+                p = apply.apply_commits(config, events, ordered_only=ordered_only)
+            if paths is not None:
+                paths["ordered"] = paths.get("ordered", 0) + len(p.ordered)
+                paths["grouped"] = paths.get("grouped", 0) + len(p.grouped)
     state = {name: rows(app, sql) for name, sql in TABLES.items()}
     state["arrival"] = rows(app, ARRIVAL_ORDER)
     return state
@@ -97,13 +102,16 @@ def _schema(app):
         schema.ensure(app.extensions["feeds"])
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_random_batches_give_exactly_the_per_event_result(app, seed):
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("dids", [FEW, MANY], ids=["few-accounts", "many-accounts"])
+def test_random_batches_give_exactly_the_per_event_result(app, seed, dids):
     _schema(app)
-    batches = random_batches(seed)
+    batches = random_batches(seed, dids, size=40 if dids is FEW else 150)
     reference = apply_log(app, batches, ordered_only=True)
     assert reference["feed_items"] and reference["tombstones"]  # the log exercises fan-out and deletes
-    assert apply_log(app, batches, ordered_only=False) == reference
+    paths: dict = {}
+    assert apply_log(app, batches, ordered_only=False, paths=paths) == reference
+    assert paths["grouped"] > 0 and paths["ordered"] > 0  # both paths ran
 
 
 def _statements(app, events) -> int:

@@ -42,10 +42,10 @@ def apply_step(config: FeedsConfig, step: plan.Step, now: int) -> None:
         fanout.follow_created(config, event.collection, event.did, step.backfills)
 
 
-def apply_commits(config: FeedsConfig, commits: list[CommitEvent], *, ordered_only: bool = False) -> list[plan.Step]:
-    """Apply a batch's commits; returns the steps that changed something. ordered_only: every
-    step with its own statements, in stream order (what ingest did before batching; the tests'
-    reference)."""
+def apply_commits(config: FeedsConfig, commits: list[CommitEvent], *, ordered_only: bool = False) -> plan.Plan:
+    """Apply a batch's commits; the plan's steps are those that changed something. ordered_only:
+    every step with its own statements, in stream order (what ingest did before batching; the
+    tests' reference)."""
     p = plan.plan(config, commits)
     now = records.now_us()
     if ordered_only:
@@ -53,7 +53,7 @@ def apply_commits(config: FeedsConfig, commits: list[CommitEvent], *, ordered_on
     batch.write(config, p.grouped, now)
     for step in p.ordered:
         apply_step(config, step, now)
-    return p.steps
+    return p
 
 
 def mark_dirty() -> None:
@@ -81,7 +81,7 @@ def apply_batch(config: FeedsConfig, events, admission: Admission | None = None)
     changed = 0
     mutating = follows_changed = False
     followed: set[str] = set()
-    for step in apply_commits(config, commits):
+    for step in apply_commits(config, commits).steps:
         changed += 1
         mutating = mutating or step.event.collection in config.feed_mutating_nsids
         if step.is_follow:

@@ -36,6 +36,7 @@ class Net:
     deletes: dict = field(default_factory=dict)  # table -> (Collection, set of uris)
     tombstones: dict = field(default_factory=dict)  # uri -> latest delete time
     targets: dict = field(default_factory=dict)  # uri -> (nsid, author, time_us) to fan out
+    writers: set = field(default_factory=set)  # (nsid, author) of every target write, kept or not
     resync: dict = field(default_factory=dict)  # uri -> time_us its older feed rows move to
     removed: set = field(default_factory=set)  # target uris whose feed rows all go
     follows: dict = field(default_factory=dict)  # follow nsid -> {(follower, subject)} to backfill
@@ -63,6 +64,7 @@ def net_effect(steps: list[Step]) -> Net:
         net.deletes.get(table, (None, set()))[1].discard(uri)
         if s.is_target:
             tail.setdefault(uri, []).append(s)
+            net.writers.add((e.collection, e.did))
         if s.backfills:
             net.follows.setdefault(e.collection, set()).add((e.did, s.backfills))
     for uri, writes in tail.items():
@@ -184,11 +186,12 @@ def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
     nsids = {t.nsid for t in feed.targets}
     rows = [(uri, nsid, time_us, author) for uri, (nsid, author, time_us) in sorted(net.targets.items())
             if nsid in nsids]
-    if not rows:
-        return
-    if feed.fanout_max_followers is not None:
+    writers = sorted({author for nsid, author in net.writers if nsid in nsids})
+    if feed.fanout_max_followers is not None and writers:
+        # Every write probes, as it would alone: a post deleted later in the batch still marks
+        # its author heavy.
         heavy: set[str] = set()
-        for chunk in _chunked(sorted({row[3] for row in rows}), 2):  # + the limit
+        for chunk in _chunked(writers, 2):  # + the limit
             sql, params = heavy_authors_sql(config, feed, chunk)
             heavy.update(r[0] for r in db.execute_sql(current_dialect().q(sql), params).fetchall())
         if heavy:
