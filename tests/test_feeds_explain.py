@@ -16,11 +16,12 @@ import re
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import admission, authors, backfill, fanout, hybrid, prune, schema, storage
+from feather.feeds import admission, authors, backfill, batch, fanout, hybrid, prune, schema, storage
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
 A, S = "did:plc:aaaa", "did:plc:ssss"
 POST_URI = f"at://{S}/app.bsky.feed.post/3k"
+OTHER_URI = f"at://{A}/app.bsky.feed.post/3j"
 
 
 @pytest.fixture
@@ -64,6 +65,14 @@ def statements(config):
         "records trim author": (storage.trim_author_sql(post_table, S, 200), [post_table]),
         "records forget fetches": (storage.forget_fetches_sql(S), ["feed_fetches"]),
         "unserved feed": (("DELETE FROM feed_items WHERE actor = ?", (A,)), ["feed_items"]),
+        # Batch-level ingest (batch.py): one statement for a whole batch's rows of each kind.
+        "batch fan-out": (batch.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S), (OTHER_URI, target.nsid, 2, A)]),
+                          [follow_table, "r"]),
+        "batch heavy probe": (batch.heavy_authors_sql(config, feed, [S, A]), [follow_table, "r"]),
+        "batch backfill": (batch.backfill_sql(config, feed, 0, [(A, S), (S, A)]), [post_table, "r", "r_n", "feed_items"]),
+        "batch unfollow": (batch.unfollow_sql([(A, S, target.nsid), (S, A, target.nsid)]), ["feed_items"]),
+        "batch target delete": (batch.remove_targets_sql([POST_URI, OTHER_URI]), ["feed_items"]),
+        "batch resync": (batch.resync_sql([(POST_URI, 1), (OTHER_URI, 2)]), ["feed_items"]),
     }
 
 
