@@ -152,6 +152,39 @@ def test_every_fanout_and_prune_statement_is_index_bounded(app):
     assert failures == {}
 
 
+def _feed_items_indexes() -> set[str]:
+    if current_dialect().is_sqlite:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'feed_items'"
+    else:
+        sql = "SELECT indexname FROM pg_indexes WHERE tablename = 'feed_items'"
+    return {row[0] for row in db.execute_sql(sql).fetchall()}
+
+
+# Why each feed_items index exists: a statement that runs on every read or batch and uses it.
+# An index no statement here needs is a page write per fan-out row for nothing (0050).
+JUSTIFIED = {
+    "getFeed page": "feed_items_actor_coll_time",
+    "cutoff delete": "feed_items_actor_coll_time",
+    "batch target delete": "feed_items_uri",
+    "batch resync": "feed_items_uri",
+    "unfollow": "PRIMARY KEY",
+    "batch unfollow": "PRIMARY KEY",
+}
+
+
+def test_every_feed_items_index_is_the_one_a_pinned_statement_uses(app):
+    config = app.extensions["feeds"]
+    pk = "sqlite_autoindex_feed_items_1" if current_dialect().is_sqlite else "feed_items_pkey"
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        indexes = _feed_items_indexes()
+        pinned = statements(config)
+        uses = {name: sorted(i for i in indexes if any(re.search(rf"\b{i}\b", line) for line in plan(*pinned[name][0])))
+                for name in JUSTIFIED}
+    assert uses == {name: [pk if index == "PRIMARY KEY" else index] for name, index in JUSTIFIED.items()}
+    assert indexes == {pk if index == "PRIMARY KEY" else index for index in JUSTIFIED.values()}
+
+
 def test_the_guardrail_catches_a_bare_scan(app):
     """The negative example: Contrail's old global prune, a window over the whole table."""
     bad = ("DELETE FROM feed_items WHERE uri IN (SELECT uri FROM (SELECT uri, ROW_NUMBER() OVER"
