@@ -194,3 +194,17 @@ def test_the_guardrail_catches_a_bare_scan(app):
         whole_index = plan("SELECT count(*) FROM feed_items WHERE time_us > 5", ())
     assert unbounded_scans(lines, ["feed_items"]) != []
     assert unbounded_scans(whole_index, ["feed_items"]) != []
+
+
+def test_only_collections_served_by_list_records_keep_a_time_index(app):
+    """(time_us, uri) serves listRecords over a whole collection and nothing else; follows and
+    profiles are private by default, so their tables skip that write per ingested record."""
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        if current_dialect().is_sqlite:
+            sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'feed_records_%_time'"
+        else:
+            sql = "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'feed_records_%_time'"
+        names = sorted(row[0] for row in db.execute_sql(sql).fetchall())
+    assert names == ["feed_records_post_time"]
