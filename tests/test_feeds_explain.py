@@ -206,5 +206,6 @@ def test_only_collections_served_by_list_records_keep_a_time_index(app):
             sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'feed_records_%_time'"
         else:
             sql = "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'feed_records_%_time'"
-        names = sorted(row[0] for row in db.execute_sql(sql).fetchall() if not row[0].endswith("_did_time"))
+        names = sorted(row[0] for row in db.execute_sql(current_dialect().q(sql)).fetchall()
+                       if not row[0].endswith("_did_time"))
     assert names == ["feed_records_post_time"]
