@@ -48,6 +48,8 @@ class Step:
     arrival: int = 0  # stored order, strictly increasing in stream order (hybrid compares it)
     is_follow: bool = False
     is_target: bool = False
+    subject_before: str | None = None  # a follow's subject before this step (set by decide)
+    subject_after: str | None = None  # and after it
 
     @property
     def uri(self) -> str:
@@ -56,14 +58,6 @@ class Step:
     @property
     def deletes(self) -> bool:
         return self.event.operation == "delete"
-
-    @property
-    def subject_before(self) -> str | None:
-        return subject_of(self.prior[1]) if self.is_follow and self.prior is not None else None
-
-    @property
-    def subject_after(self) -> str | None:
-        return subject_of(self.event.record) if self.is_follow and not self.deletes else None
 
     @property
     def backfills(self) -> str | None:
@@ -105,6 +99,7 @@ def load_priors(config: FeedsConfig, events) -> tuple[dict, dict]:
 def decide(config: FeedsConfig, commits: list[CommitEvent]) -> list[Step]:
     """The steps, in stream order; each event sees the ones before it."""
     stored, stones = load_priors(config, commits)
+    follow_nsids, target_nsids = config.follow_nsids, config.target_nsids
     steps: list[Step] = []
     for event in commits:
         coll = config.by_nsid(event.collection)
@@ -112,8 +107,11 @@ def decide(config: FeedsConfig, commits: list[CommitEvent]) -> list[Step]:
             continue
         uri = event.uri
         prior = stored[uri]
-        step = Step(event, coll, prior, is_follow=event.collection in config.follow_nsids,
-                    is_target=event.collection in config.target_nsids)
+        step = Step(event, coll, prior, is_follow=event.collection in follow_nsids,
+                    is_target=event.collection in target_nsids)
+        if step.is_follow:
+            step.subject_before = subject_of(prior[1]) if prior is not None else None
+            step.subject_after = subject_of(event.record) if event.operation != "delete" else None
         if event.operation == "delete":
             if prior is None:
                 continue  # a replayed delete of a URI that is not stored
