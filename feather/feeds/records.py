@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import threading
+
+import orjson
 import time
 
 from feather.atproto.syntax import InvalidSyntax, parse_datetime
@@ -60,7 +62,12 @@ def load_many(c: Collection, uris: list[str]) -> dict[str, tuple[str | None, str
 
 
 def dumps(record) -> str:
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    """The record as stored: compact JSON. orjson (the stream's decoder) writes it ~5x faster; a
+    record it refuses (an integer past 64 bits) goes through json."""
+    try:
+        return orjson.dumps(record).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
 COLUMNS = ("uri", "did", "rkey", "cid", "record", "time_us", "indexed_at", "arrival")
