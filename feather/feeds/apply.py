@@ -3,8 +3,9 @@
 Pure DB work, idempotent under replay: a create/update whose CID is already stored, or a
 delete of a URI that is not stored, changes nothing and fans out nothing (Contrail's replay
 rule). A batch is decided in memory first (plan.py), then written with a fixed number of
-set-based statements (batch.py), and the few steps whose result depends on stream order with
-their own statements, in order (apply_step). When the batch applied a feed-mutating record it
+set-based statements (batch.py); the steps whose result depends on stream order are written
+the same way, run by run in stream order. apply_step (one step, its own statements) is the
+per-event reference the tests compare against. When the batch applied a feed-mutating record it
 sets the prune flag in the same transaction; the prune job reads it (see prune.py for why a
 flag and not a direct sweep).
 """
@@ -50,9 +51,12 @@ def apply_commits(config: FeedsConfig, commits: list[CommitEvent], *, ordered_on
     now = records.now_us()
     if ordered_only:
         p.ordered, p.grouped = p.steps, []
+        for step in p.ordered:
+            apply_step(config, step, now)
+        return p
     batch.write(config, p.grouped, now)
-    for step in p.ordered:
-        apply_step(config, step, now)
+    for run in plan.segments(p.ordered):
+        batch.write(config, run, now)
     return p
 
 

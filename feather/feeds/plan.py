@@ -8,7 +8,7 @@ or older than the URI's tombstone. apply.py then writes the steps with a fixed n
 statements per collection and kind (batch.py).
 
 Set-based statements do not see the batch's own order, so a step goes to the *ordered* path
-(its own statements, in stream order: fanout.py) when order could change its result:
+when order could change its result:
 
 - a follow event and a target write or delete that meet on the same account in one batch (F
   follows S and S posts: the post's fan-out and the follow's backfill each depend on which came
@@ -17,8 +17,11 @@ Set-based statements do not see the batch's own order, so a step goes to the *or
 
 Everything else commutes: the rows one step writes in feed_items are (follower, record) pairs
 whose author no other kind of step in the batch touches. Every step of a URI goes the same
-way, so a URI's own steps stay in order. tests/test_feeds_batch.py checks the whole rule by
-applying random batches both ways and comparing every table.
+way, so a URI's own steps stay in order. The ordered steps are then cut, in stream order, into
+the longest runs in which the same rule holds (segments), and each run is written set-based
+too: a busy account followed and posting in every batch costs a few runs, not a few
+statements per event. tests/test_feeds_batch.py checks all of it by applying random batches
+both ways and comparing every table.
 """
 from __future__ import annotations
 
@@ -152,4 +155,35 @@ def plan(config: FeedsConfig, commits: list[CommitEvent]) -> Plan:
     out = Plan(steps)
     for s in steps:
         (out.ordered if s.uri in ordered_uris else out.grouped).append(s)
+    return out
+
+
+def segments(steps: list[Step]) -> list[list[Step]]:
+    """Ordered steps cut into the longest stream-order runs with no meeting inside one: no target
+    step by an account a follow step of the run touches (or the reverse), and no follow created
+    and deleted for the same pair."""
+    out: list[list[Step]] = []
+    run: list[Step] = []
+    authors: set = set()
+    subjects: set = set()
+    created: set = set()
+    deleted: set = set()
+    for s in steps:
+        touched = {x for x in (s.subject_before, s.subject_after) if x} if s.is_follow else set()
+        pair_created = (s.event.did, s.backfills) if s.backfills else None
+        pair_deleted = (s.event.did, s.unfollows) if s.unfollows else None
+        if run and ((s.is_target and s.event.did in subjects) or touched & authors
+                    or (pair_created and pair_created in deleted) or (pair_deleted and pair_deleted in created)):
+            out.append(run)
+            run, authors, subjects, created, deleted = [], set(), set(), set(), set()
+        run.append(s)
+        if s.is_target:
+            authors.add(s.event.did)
+        subjects |= touched
+        if pair_created:
+            created.add(pair_created)
+        if pair_deleted:
+            deleted.add(pair_deleted)
+    if run:
+        out.append(run)
     return out
