@@ -9,6 +9,7 @@ makes fan-out cost uneven on the real network. The busiest posters are not the m
 creates, 20 % follow creates, 5 % profile writes (create, then updates), 8 % deletes of a live
 post or follow, 7 % post edits (updates; a third move createdAt), 5 % identity events. Frames
 carry explicit time_us 200 µs apart (5,000 events/s, the legacy per-IP cap) from `start_us`.
+An account follows another at most once at a time (apps do not write duplicate follows).
 
 Deterministic for a seed, so a before/after comparison replays the same log.
 """
@@ -54,32 +55,48 @@ def realistic_log(n: int, *, dids: int = 2000, seed: int = 19, start_us: int = 1
     names = [f"did:plc:{rng.getrandbits(100):025x}"[:32] for _ in range(dids)]
     followed, active = _Zipf(rng, dids), _Zipf(rng, dids)
     posts: list[tuple[str, str]] = []
-    follows: list[tuple[str, str]] = []
+    follows: list[tuple[str, str, str]] = []
+    following: set[tuple[str, str]] = set()  # live (follower, subject) pairs
     has_profile: set[str] = set()
     frames = []
     for i in range(n):
         t = start_us + STEP_US * i
         author = names[active.draw(rng)]
         roll = rng.random()
-        if roll < 0.55 or (roll < 0.90 and not posts):
+        subject = None
+        if 0.55 <= roll < 0.75:
+            # An app follows an account once: a pair already followed draws again, so a popular
+            # account keeps its fan-in and the log has no duplicate follow records.
+            for _ in range(8):
+                subject = names[followed.draw(rng)]
+                if subject != author and (author, subject) not in following:
+                    break
+            else:
+                subject = None  # this author already follows everyone it draws: a post instead
+        if roll < 0.55 or (roll < 0.75 and subject is None) or (roll < 0.90 and not posts):
             rkey = f"p{i:09d}"
             record = {"$type": POST, "text": f"post {i}", "createdAt": _iso(t), "langs": ["en"]}
             frames.append(make_commit(author, POST, rkey, "create", record=record, time_us=t))
             posts.append((author, rkey))
         elif roll < 0.75:
             rkey = f"f{i:09d}"
-            record = {"$type": FOLLOW, "subject": names[followed.draw(rng)], "createdAt": _iso(t)}
+            record = {"$type": FOLLOW, "subject": subject, "createdAt": _iso(t)}
             frames.append(make_commit(author, FOLLOW, rkey, "create", record=record, time_us=t))
-            follows.append((author, rkey))
+            follows.append((author, rkey, subject))
+            following.add((author, subject))
         elif roll < 0.80:
             op = "update" if author in has_profile else "create"
             has_profile.add(author)
             record = {"$type": PROFILE, "displayName": f"user {i}", "createdAt": _iso(t)}
             frames.append(make_commit(author, PROFILE, "self", op, record=record, time_us=t))
         elif roll < 0.88:
-            pool = posts if (rng.random() < 0.6 or not follows) else follows
-            did, rkey = pool.pop(rng.randrange(len(pool)))
-            frames.append(make_commit(did, POST if pool is posts else FOLLOW, rkey, "delete", time_us=t))
+            if rng.random() < 0.6 or not follows:
+                did, rkey = posts.pop(rng.randrange(len(posts)))
+                frames.append(make_commit(did, POST, rkey, "delete", time_us=t))
+            else:
+                did, rkey, subject = follows.pop(rng.randrange(len(follows)))
+                following.discard((did, subject))
+                frames.append(make_commit(did, FOLLOW, rkey, "delete", time_us=t))
         elif roll < 0.95:
             did, rkey = posts[rng.randrange(len(posts))]
             created = _iso(t - 1_000_000 * rng.randrange(1, 60)) if rng.random() < 0.33 else _iso(t)
