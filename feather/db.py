@@ -78,6 +78,8 @@ def checkpoint_soon() -> None:
     database = db.obj
     if not isinstance(database, peewee.SqliteDatabase) or database.database in ("", ":memory:"):
         return
+    if database.in_transaction():
+        return  # an outer transaction is still open: waiting here would yield inside it
     path = database.database
     now = _clock()
     if now - _last_checkpoint.get(path, float("-inf")) < CHECKPOINT_SECS:

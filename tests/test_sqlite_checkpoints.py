@@ -53,3 +53,17 @@ def test_batches_checkpoint_the_wal_in_another_os_thread_once_a_second(app, monk
         store.apply_batch(sub, [_event(3)], None)
     assert len(calls) == 2
     assert os_thread_id() not in calls  # never on the event loop's thread
+
+
+def test_a_batch_inside_an_open_transaction_does_not_checkpoint(app, monkeypatch):
+    """Waiting for the checkpoint yields to other greenlets, which must never happen inside a
+    SQLite write transaction (they would wait on its lock with the event loop held)."""
+    calls = []
+    monkeypatch.setattr(dbmod, "_checkpoint", calls.append)
+    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
+    with app.app_context(), db.connection_context():
+        with db.atomic():
+            store.apply_batch(_write("nested-test"), [_event(1)], None)
+        assert calls == []
+        store.apply_batch(_write("nested-test"), [_event(2)], None)
+    assert len(calls) == 1
