@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHES = [
-    ("ingest", [sys.executable, "bench/ingest.py", "--events", "200000"]),
+    ("ingest", [sys.executable, "bench/ingest.py", "--events", "100000"]),
     ("admission", [sys.executable, "bench/admission.py", "--events", "1000000"]),
     ("fanout", [sys.executable, "bench/fanout.py"]),
     ("getfeed", [sys.executable, "bench/getfeed.py"]),
@@ -20,8 +20,10 @@ BENCHES = [
     ("load-split", [sys.executable, "bench/load.py", "--split"]),
     ("chaos", [sys.executable, "-m", "pytest", "-q", "tests/test_chaos.py", "-p", "no:cacheprovider"]),
 ]
-if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # the scale-out shape, on a scratch database
-    BENCHES.insert(5, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
+if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # on scratch databases beside it
+    BENCHES.insert(1, ("ingest-pg", [sys.executable, "bench/ingest.py", "--events", "100000",
+                                     "--postgres", os.environ["DATABASE_URL"]]))
+    BENCHES.insert(6, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
                                    "--web-procs", "2", "--worker-procs", "2"]))
 
 

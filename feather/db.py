@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -21,19 +23,74 @@ log = logging.getLogger(__name__)
 
 db = peewee.DatabaseProxy()
 
+# Every connection, chosen for one long-lived writer (the ingest batch) and many short readers:
 SQLITE_PRAGMAS = {
+    # Readers never wait for the writer and a commit appends to one file: no rollback journal.
     "journal_mode": "wal",
+    # A writer from another process (a second gunicorn worker's sign-in) waits instead of failing.
     "busy_timeout": 5000,
     "foreign_keys": 1,
+    # In WAL mode NORMAL fsyncs only at checkpoints, never at a commit: a batch commit is page
+    # writes into the WAL. A power cut may lose the last batches, never corrupt the file; the
+    # stream replays them from the saved cursor, which lives in the same transactions.
     "synchronous": "normal",
-    # Measured with bench/ingest.py (every feature's handler): the default 2 MiB page cache and a
-    # checkpoint every 1,000 WAL pages cost the writer a third of its time. 32 MiB is a cap, filled
-    # only by connections that touch that much (the long-lived writers), and the larger WAL is
-    # truncated back after each checkpoint.
+    # Measured with bench/ingest.py (every feature's handler): the default 2 MiB page cache cost
+    # the writer page reads on every batch. 32 MiB is a cap, filled only by connections that
+    # touch that much (the long-lived writers).
     "cache_size": -32_000,
-    "wal_autocheckpoint": 10_000,
+    # Checkpoints (the one fsync) run off the event loop after a batch, once a second
+    # (checkpoint_soon): at full ingest speed that is ~40,000 WAL pages (~170 MB) a checkpoint,
+    # and fewer, larger checkpoints copy a hot page once instead of several times (measured:
+    # every 0.25 s cost 40 % more in total). This is only the backstop for a process that
+    # writes with nobody checkpointing: the commit that crosses ~400 MB of WAL checkpoints
+    # itself. The WAL file is truncated back to 64 MB after each checkpoint that lets it restart.
+    "wal_autocheckpoint": 100_000,
     "journal_size_limit": 64 * 1024 * 1024,
+    # Sorts and the batch statements' VALUES tables stay in memory instead of temp files.
+    "temp_store": "memory",
 }
+
+CHECKPOINT_SECS = 1.0
+_last_checkpoint: dict[str, float] = {}
+_clock = time.monotonic
+
+
+def _checkpoint(path: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    finally:
+        conn.close()
+
+
+def checkpoint_soon() -> None:
+    """After a write transaction on a SQLite file: once a CHECKPOINT_SECS, checkpoint the WAL in
+    an OS thread (gevent's pool) while this greenlet waits and the event loop runs on.
+
+    A checkpoint copies the WAL back into the database file and fsyncs it. Left to
+    wal_autocheckpoint, the batch writer's commit ran it inside the event loop: a third of all
+    commit time on the ingest bench, during which no socket was read and no request answered.
+    sqlite3 releases the GIL while it works, so now the reader keeps decoding frames and web
+    requests are served meanwhile. The writer waits rather than writing on, because a WAL only
+    starts over from its beginning when a checkpoint has copied all of it before the next write
+    begins; a checkpoint racing the next batch never does, and the WAL would only grow. PASSIVE
+    never blocks readers or other writers; a busy or failed one is tried again a second later."""
+    database = db.obj
+    if not isinstance(database, peewee.SqliteDatabase) or database.database in ("", ":memory:"):
+        return
+    if database.in_transaction():
+        return  # an outer transaction is still open: waiting here would yield inside it
+    path = database.database
+    now = _clock()
+    if now - _last_checkpoint.get(path, float("-inf")) < CHECKPOINT_SECS:
+        return
+    _last_checkpoint[path] = now
+    import gevent
+
+    try:
+        gevent.get_hub().threadpool.apply(_checkpoint, (path,))
+    except sqlite3.Error as exc:
+        log.debug("sqlite: checkpoint of %s skipped: %s", path, exc)
 
 
 class BaseModel(peewee.Model):

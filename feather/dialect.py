@@ -7,9 +7,14 @@ reclamation and query-plan inspection.
 """
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import peewee
+
+# Bound parameters one statement may carry: SQLite's default limit (32,766 since 3.32, 999
+# before) and PostgreSQL's protocol limit (65,535). Batch statements are chunked under it.
+_SQLITE_MAX_PARAMS = 32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,36 @@ class Dialect:
     @property
     def true(self) -> str:
         return "1" if self.is_sqlite else "TRUE"
+
+    @property
+    def max_params(self) -> int:
+        return _SQLITE_MAX_PARAMS if self.is_sqlite else 65_535
+
+    # --- batch statements (feeds ingest)
+    def values_cte(self, name: str, columns: tuple[str, ...], rows: int) -> str:
+        """`WITH name(cols) AS (VALUES (?, …), …)`: a batch's rows as a table both databases
+        join against, so one statement serves every row (rows × len(columns) parameters)."""
+        for ident in (name, *columns):
+            if not ident.replace("_", "").isalnum():
+                raise ValueError(f"unsafe identifier: {ident!r}")
+        row = "(" + ", ".join("?" * len(columns)) + ")"
+        return f"WITH {name}({', '.join(columns)}) AS (VALUES {', '.join([row] * rows)})"
+
+    def newest_per_row(self, table: str, alias: str, match: str, order: str, key: str = "uri") -> str:
+        """A join that keeps, for each row of the preceding FROM item, the first LIMIT ? rows of
+        `table` matching `match` in `order` (bounded by the index that serves match + order).
+
+        PostgreSQL has LATERAL for this. SQLite has not; its correlated `IN (… LIMIT ?)` on the
+        primary key runs the same index walk per outer row, then looks each key up. `match`
+        and `order` name the table's columns with the `{alias}_n` prefix."""
+        for ident in (table, alias, key):
+            if not ident.replace("_", "").isalnum():
+                raise ValueError(f"unsafe identifier: {ident!r}")
+        inner = f"{alias}_n"
+        if self.is_sqlite:
+            return (f"JOIN {table} {alias} ON {alias}.{key} IN (SELECT {inner}.{key} FROM {table} {inner}"
+                    f" WHERE {match} ORDER BY {order} LIMIT ?)")
+        return f"CROSS JOIN LATERAL (SELECT * FROM {table} {inner} WHERE {match} ORDER BY {order} LIMIT ?) {alias}"
 
     # --- expressions
     def json_text(self, column: str, key: str) -> str:

@@ -108,8 +108,9 @@ def test_sqlite_pragmas_are_wal_busy_timeout_and_foreign_keys(app):
         assert db.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
         assert db.execute_sql("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
         assert db.execute_sql("PRAGMA cache_size").fetchone()[0] == -32_000
-        assert db.execute_sql("PRAGMA wal_autocheckpoint").fetchone()[0] == 10_000
+        assert db.execute_sql("PRAGMA wal_autocheckpoint").fetchone()[0] == 100_000  # backstop (db.py)
         assert db.execute_sql("PRAGMA journal_size_limit").fetchone()[0] == 64 * 1024 * 1024
+        assert db.execute_sql("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY
 
 
 @pytest.mark.parametrize("path", ["/", "/about", "/privacy", "/terms", "/no-such-page"])

@@ -16,11 +16,12 @@ import re
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import admission, authors, backfill, fanout, hybrid, prune, schema, storage
+from feather.feeds import admission, authors, backfill, batch, fanout, hybrid, prune, schema, storage
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
 A, S = "did:plc:aaaa", "did:plc:ssss"
 POST_URI = f"at://{S}/app.bsky.feed.post/3k"
+OTHER_URI = f"at://{A}/app.bsky.feed.post/3j"
 
 
 @pytest.fixture
@@ -64,6 +65,14 @@ def statements(config):
         "records trim author": (storage.trim_author_sql(post_table, S, 200), [post_table]),
         "records forget fetches": (storage.forget_fetches_sql(S), ["feed_fetches"]),
         "unserved feed": (("DELETE FROM feed_items WHERE actor = ?", (A,)), ["feed_items"]),
+        # Batch-level ingest (batch.py): one statement for a whole batch's rows of each kind.
+        "batch fan-out": (batch.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S), (OTHER_URI, target.nsid, 2, A)]),
+                          [follow_table, "r"]),
+        "batch heavy probe": (batch.heavy_authors_sql(config, feed, [S, A]), [follow_table, "r"]),
+        "batch backfill": (batch.backfill_sql(config, feed, 0, [(A, S), (S, A)]), [post_table, "r", "r_n", "feed_items"]),
+        "batch unfollow": (batch.unfollow_sql([(A, S, target.nsid), (S, A, target.nsid)]), ["feed_items"]),
+        "batch target delete": (batch.remove_targets_sql([POST_URI, OTHER_URI]), ["feed_items"]),
+        "batch resync": (batch.resync_sql([(POST_URI, 1), (OTHER_URI, 2)]), ["feed_items"]),
     }
 
 
@@ -143,6 +152,39 @@ def test_every_fanout_and_prune_statement_is_index_bounded(app):
     assert failures == {}
 
 
+def _feed_items_indexes() -> set[str]:
+    if current_dialect().is_sqlite:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'feed_items'"
+    else:
+        sql = "SELECT indexname FROM pg_indexes WHERE tablename = 'feed_items'"
+    return {row[0] for row in db.execute_sql(sql).fetchall()}
+
+
+# Why each feed_items index exists: a statement that runs on every read or batch and uses it.
+# An index no statement here needs is a page write per fan-out row for nothing (0050).
+JUSTIFIED = {
+    "getFeed page": "feed_items_actor_coll_time",
+    "cutoff delete": "feed_items_actor_coll_time",
+    "batch target delete": "feed_items_uri",
+    "batch resync": "feed_items_uri",
+    "unfollow": "PRIMARY KEY",
+    "batch unfollow": "PRIMARY KEY",
+}
+
+
+def test_every_feed_items_index_is_the_one_a_pinned_statement_uses(app):
+    config = app.extensions["feeds"]
+    pk = "sqlite_autoindex_feed_items_1" if current_dialect().is_sqlite else "feed_items_pkey"
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        indexes = _feed_items_indexes()
+        pinned = statements(config)
+        uses = {name: sorted(i for i in indexes if any(re.search(rf"\b{i}\b", line) for line in plan(*pinned[name][0])))
+                for name in JUSTIFIED}
+    assert uses == {name: [pk if index == "PRIMARY KEY" else index] for name, index in JUSTIFIED.items()}
+    assert indexes == {pk if index == "PRIMARY KEY" else index for index in JUSTIFIED.values()}
+
+
 def test_the_guardrail_catches_a_bare_scan(app):
     """The negative example: Contrail's old global prune, a window over the whole table."""
     bad = ("DELETE FROM feed_items WHERE uri IN (SELECT uri FROM (SELECT uri, ROW_NUMBER() OVER"
@@ -152,3 +194,18 @@ def test_the_guardrail_catches_a_bare_scan(app):
         whole_index = plan("SELECT count(*) FROM feed_items WHERE time_us > 5", ())
     assert unbounded_scans(lines, ["feed_items"]) != []
     assert unbounded_scans(whole_index, ["feed_items"]) != []
+
+
+def test_only_collections_served_by_list_records_keep_a_time_index(app):
+    """(time_us, uri) serves listRecords over a whole collection and nothing else; follows and
+    profiles are private by default, so their tables skip that write per ingested record."""
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        if current_dialect().is_sqlite:
+            sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'feed_records_%_time'"
+        else:
+            sql = "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'feed_records_%_time'"
+        names = sorted(row[0] for row in db.execute_sql(current_dialect().q(sql)).fetchall()
+                       if not row[0].endswith("_did_time"))
+    assert names == ["feed_records_post_time"]

@@ -2,18 +2,20 @@
 
 Pure DB work, idempotent under replay: a create/update whose CID is already stored, or a
 delete of a URI that is not stored, changes nothing and fans out nothing (Contrail's replay
-rule). When the batch applied a feed-mutating record it sets the prune flag in the same
-transaction; the prune job reads it (see prune.py for why a flag and not a direct sweep).
+rule). A batch is decided in memory first (plan.py), then written with a fixed number of
+set-based statements (batch.py); the steps whose result depends on stream order are written
+the same way, run by run in stream order. apply_step (one step, its own statements) is the
+per-event reference the tests compare against. When the batch applied a feed-mutating record it
+sets the prune flag in the same transaction; the prune job reads it (see prune.py for why a
+flag and not a direct sweep).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
-from feather.atproto.syntax import is_valid_did
 from feather.db import db
 from feather.feeds import admission as admission_db
-from feather.feeds import authors, fanout, identities, records, schema
+from feather.feeds import authors, batch, fanout, identities, plan, records, schema
 from feather.feeds.admission import Admission
 from feather.feeds.config import FeedsConfig
 from feather.jetstream.events import CommitEvent, IdentityEvent
@@ -21,82 +23,41 @@ from feather.jetstream.events import CommitEvent, IdentityEvent
 log = logging.getLogger(__name__)
 
 
-def _subject(record_text_or_dict) -> str | None:
-    value = record_text_or_dict
-    if isinstance(value, str):
-        value = records.parse_value(value)
-    subject = value.get("subject") if isinstance(value, dict) else None
-    return subject if is_valid_did(subject) else None
+def apply_step(config: FeedsConfig, step: plan.Step, now: int) -> None:
+    """One step with its own statements: the ordered path, and the reference the batch matches."""
+    event, coll = step.event, step.coll
+    if step.deletes:
+        records.delete(coll, step.uri)
+        records.bury(step.uri, step.time_us)
+        if step.is_target:
+            fanout.remove_target(step.uri)
+        if step.unfollows:
+            fanout.follow_deleted(config, event.collection, event.did, step.unfollows)
+        return
+    records.store(coll, uri=step.uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
+                  time_us=step.time_us, arrival=step.arrival, text=step.text)
+    if step.is_target:
+        fanout.fan_out_target(config, event.collection, event.did, step.uri, step.time_us,
+                              updated=step.prior is not None, now=now)
+    if step.backfills:
+        fanout.follow_created(config, event.collection, event.did, step.backfills)
 
 
-@dataclass
-class Priors:
-    records: dict  # {uri: (cid, record JSON text, time_us) or None}
-    tombstones: dict  # {uri: time_us of its latest delete}
-
-
-def load_priors(config: FeedsConfig, events) -> Priors:
-    """What is stored, and what was deleted, for every URI the batch touches, read up front: two
-    SELECTs per collection instead of one or two per event."""
-    wanted: dict = {}
-    for event in events:
-        coll = config.by_nsid(event.collection)
-        if coll is not None:
-            wanted.setdefault(coll.table, (coll, set()))[1].add(event.uri)
-    priors = Priors({}, {})
-    for coll, uris in wanted.values():
-        ordered = sorted(uris)
-        found = records.load_many(coll, ordered)
-        priors.records.update((uri, found.get(uri)) for uri in uris)
-        priors.tombstones.update(records.tombstones(ordered))
-    return priors
-
-
-def apply_event(config: FeedsConfig, event: CommitEvent, priors: Priors | None = None) -> bool:
-    """Store and fan out one commit. True when it changed something (i.e. was not a replay).
-
-    `priors` is the batch's view of stored records and tombstones (see load_priors); this keeps
-    it current so a later event in the same batch sees this one.
-    """
-    coll = config.by_nsid(event.collection)
-    if coll is None:
-        return False
-    nsid, uri = event.collection, event.uri
-    if priors is None:
-        priors = load_priors(config, [event])
-    prior = priors.records[uri]
-    if event.operation != "delete" and event.time_us <= priors.tombstones.get(uri, -1):
-        return False  # a replayed write from before the record's delete: never resurrect it
+def apply_commits(config: FeedsConfig, commits: list[CommitEvent], *, ordered_only: bool = False) -> plan.Plan:
+    """Apply a batch's commits; the plan's steps are those that changed something. ordered_only:
+    every step with its own statements, in stream order (what ingest did before batching; the
+    tests' reference)."""
+    p = plan.plan(config, commits)
     now = records.now_us()
-    is_follow = nsid in config.follow_nsids
-    is_target = nsid in config.target_nsids
-    if event.operation == "delete":
-        if prior is None:
-            return False
-        records.delete(coll, uri)
-        records.bury(uri, event.time_us)
-        priors.records[uri] = None
-        priors.tombstones[uri] = max(event.time_us, priors.tombstones.get(uri, -1))
-        if is_target:
-            fanout.remove_target(uri)
-        if is_follow:
-            subject = _subject(prior[1])
-            if subject:
-                fanout.follow_deleted(config, nsid, event.did, subject)
-        return True
-    if prior is not None and prior[0] == event.cid:
-        return False
-    time_us = records.record_time_us(event.record, event.time_us)
-    text = records.store(coll, uri=uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
-                         time_us=time_us)
-    priors.records[uri] = (event.cid, text, time_us)
-    if is_target:
-        fanout.fan_out_target(config, nsid, event.did, uri, time_us, updated=prior is not None, now=now)
-    if is_follow and event.operation == "create" and prior is None:
-        subject = _subject(event.record)
-        if subject:
-            fanout.follow_created(config, nsid, event.did, subject)
-    return True
+    if ordered_only:
+        p.ordered, p.grouped = p.steps, []
+        for step in p.ordered:
+            apply_step(config, step, now)
+        return p
+    batch.write(config, p.grouped, now)
+    for run in plan.segments(p.ordered):
+        batch.write(config, run, now)
+    return p
 
 
 def mark_dirty() -> None:
@@ -121,19 +82,16 @@ def apply_batch(config: FeedsConfig, events, admission: Admission | None = None)
     renamed = [event.did for event in events if isinstance(event, IdentityEvent)]
     if renamed:
         identities.forget_handles(renamed)
-    priors = load_priors(config, commits)
     changed = 0
     mutating = follows_changed = False
     followed: set[str] = set()
-    for event in commits:
-        if apply_event(config, event, priors):
-            changed += 1
-            mutating = mutating or event.collection in config.feed_mutating_nsids
-            if event.collection in config.follow_nsids:
-                follows_changed = True
-                subject = _subject(event.record) if event.operation == "create" else None
-                if subject:
-                    followed.add(subject)
+    for step in apply_commits(config, commits).steps:
+        changed += 1
+        mutating = mutating or step.event.collection in config.feed_mutating_nsids
+        if step.is_follow:
+            follows_changed = True
+            if step.event.operation == "create" and step.subject_after:
+                followed.add(step.subject_after)
     if mutating:
         mark_dirty()
     if admission is not None and follows_changed:

@@ -1,4 +1,7 @@
-"""Fan-out statements, run in the ingest transaction right after the record write.
+"""Fan-out statements for one event, run in the ingest transaction right after the record write.
+
+These are the ordered path (plan.py): the few steps of a batch whose result depends on their
+order. The rest of a batch is written set-based by batch.py.
 
 Each statement is built by a `*_sql` function returning (sql, params) so the EXPLAIN guardrail
 test (tests/test_feeds_explain.py) checks exactly the SQL that runs. Every one is bounded by an
@@ -86,15 +89,20 @@ def follow_backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, foll
             (follower, target.nsid, subject, n))
 
 
+def unfollow_range(subject: str, nsid: str) -> tuple[str, str]:
+    """The uri range of the subject's records of nsid: `0` is the byte after `/`, and uri
+    compares byte-wise (d.byte_text)."""
+    prefix = f"at://{subject}/{nsid}/"
+    return prefix, prefix[:-1] + "0"
+
+
 def unfollow_sql(follower: str, subject: str, nsid: str):
     """The subject's rows leave the follower's feed: a primary-key range on (actor, uri prefix).
 
-    Bounded by the follower's own feed, not by how much the subject ever posted. `0` is the
-    byte after `/`, and both columns compare byte-wise (d.byte_text).
+    Bounded by the follower's own feed, not by how much the subject ever posted.
     """
-    prefix = f"at://{subject}/{nsid}/"
     return ("DELETE FROM feed_items WHERE actor = ? AND uri >= ? AND uri < ?",
-            (follower, prefix, prefix[:-1] + "0"))
+            (follower, *unfollow_range(subject, nsid)))
 
 
 def follow_created(config: FeedsConfig, follow_nsid: str, follower: str, subject: str) -> int:

@@ -35,9 +35,9 @@ def _q(sql: str) -> str:
 
 def forget_handles(dids) -> None:
     """An identity event: the handle may have changed, so the next read re-verifies it."""
-    sql = _q("UPDATE feed_identities SET handle_checked_us = 0 WHERE did = ?")
-    for did in sorted(set(dids)):
-        db.execute_sql(sql, (did,))
+    for chunk in records.chunks(sorted(set(dids)), 1):  # one statement for a batch's identity events
+        db.execute_sql(_q(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})"),
+                       chunk)
 
 
 def _known(dids: list[str]) -> dict[str, tuple]:

@@ -38,8 +38,13 @@ def statements(config: FeedsConfig) -> list[str]:
         )
         # Author's newest records: follow backfill, bootstrap, hybrid merge, listRecords?actor=.
         out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_did_time ON {c.table} (did, time_us DESC)")
-        # listRecords over the whole collection, newest first with the uri tie-break.
-        out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_time ON {c.table} (time_us DESC, uri)")
+        # listRecords over the whole collection, newest first with the uri tie-break. Only where
+        # listRecords is served (follows and profiles are private by default): on every other
+        # table it would be one more index write per ingested record for no read.
+        if "listRecords" in config.methods_of(c.short):
+            out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_time ON {c.table} (time_us DESC, uri)")
+        else:
+            out.append(f"DROP INDEX IF EXISTS {c.table}_time")
         if c.short in follows:
             # The fan-out join: every follower of an author, covering (subject → did).
             out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_subject ON {c.table} "

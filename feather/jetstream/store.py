@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from feather.db import current_dialect, db
+from feather.db import checkpoint_soon, current_dialect, db
 from feather.jetstream.events import Event
 from feather.jetstream.subscriptions import Subscription
 
@@ -65,6 +65,7 @@ def apply_batch(sub: Subscription, events: list[Event], cursor: Cursor | None) -
         dispatch(sub, events)
         if cursor is not None:
             save_cursor(sub.name, cursor)
+    checkpoint_soon()  # SQLite: the WAL goes back into the file off the event loop (db.py)
 
 
 def db_size_bytes() -> int:

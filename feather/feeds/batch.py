@@ -1,0 +1,202 @@
+"""The set-based half of ingest: a batch's grouped steps (plan.py) in a fixed number of statements.
+
+Per collection: one multi-row upsert of the records as they stand after the batch, one
+multi-row delete, one tombstone upsert. Per feed: one fan-out INSERT … SELECT for all of the
+batch's target records (a VALUES table joined to the follow table's subject index), one
+backfill INSERT … SELECT for all its new follows (each follow's subject's newest records, per
+target), one delete for all its unfollows, one for its deleted targets, one time resync for
+its edited targets. Each is chunked only past the database's bound-parameter limit (a 500-event
+batch never is). Every statement is built by a `*_sql` function so the EXPLAIN guardrail
+(tests/test_feeds_explain.py) plans exactly what runs.
+
+Why collapsing a URI's steps to their net effect gives the per-event result (its steps here
+never meet a follow change of the same author; plan.py sends those to the ordered path):
+- a delete anywhere erases every feed row of the record, so only the writes after the last
+  delete matter; they insert for the same (unchanged) followers, and their rows end at the last
+  write's time, which the fan-out uses directly and the resync applies to older rows when any of
+  those writes was an update;
+- a follow's backfill reads its subject's records, which no grouped step of this batch changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from feather.db import current_dialect, db
+from feather.feeds import records
+from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.fanout import unfollow_range
+from feather.feeds.plan import Step
+from feather.feeds.schema import subject_expr
+
+
+@dataclass
+class Net:
+    """What the grouped steps add up to."""
+    upserts: dict = field(default_factory=dict)  # table -> (Collection, {uri: row})
+    deletes: dict = field(default_factory=dict)  # table -> (Collection, set of uris)
+    tombstones: dict = field(default_factory=dict)  # uri -> latest delete time
+    targets: dict = field(default_factory=dict)  # uri -> (nsid, author, time_us) to fan out
+    writers: set = field(default_factory=set)  # (nsid, author) of every target write, kept or not
+    resync: dict = field(default_factory=dict)  # uri -> time_us its older feed rows move to
+    removed: set = field(default_factory=set)  # target uris whose feed rows all go
+    follows: dict = field(default_factory=dict)  # follow nsid -> {(follower, subject)} to backfill
+    unfollows: dict = field(default_factory=dict)  # follow nsid -> {(follower, subject)} to remove
+
+
+def net_effect(steps: list[Step]) -> Net:
+    net = Net()
+    tail: dict[str, list[Step]] = {}  # a target's writes since its last delete in the batch
+    for s in steps:
+        uri, table = s.uri, s.coll.table
+        if s.deletes:
+            net.upserts.get(table, (None, {}))[1].pop(uri, None)
+            net.deletes.setdefault(table, (s.coll, set()))[1].add(uri)
+            net.tombstones[uri] = max(s.time_us, net.tombstones.get(uri, -1))
+            if s.is_target:
+                net.removed.add(uri)
+                tail[uri] = []
+            if s.unfollows:
+                net.unfollows.setdefault(s.event.collection, set()).add((s.event.did, s.unfollows))
+            continue
+        e = s.event
+        net.upserts.setdefault(table, (s.coll, {}))[1][uri] = (
+            uri, e.did, e.rkey, e.cid, s.text, s.time_us, records.now_us(), s.arrival)
+        net.deletes.get(table, (None, set()))[1].discard(uri)
+        if s.is_target:
+            tail.setdefault(uri, []).append(s)
+            net.writers.add((e.collection, e.did))
+        if s.backfills:
+            net.follows.setdefault(e.collection, set()).add((e.did, s.backfills))
+    for uri, writes in tail.items():
+        if writes:
+            last = writes[-1]
+            net.targets[uri] = (last.event.collection, last.event.did, last.time_us)
+            if any(w.prior is not None for w in writes):
+                net.resync[uri] = last.time_us
+    return net
+
+
+def _run(sql: str, params) -> int:
+    return db.execute_sql(current_dialect().q(sql), params).rowcount
+
+
+# --- statements ---------------------------------------------------------------------------------
+
+def fan_out_sql(config: FeedsConfig, feed: Feed, rows: list[tuple]):
+    """rows: (uri, nsid, time_us, author). Every follower of each author gets the record."""
+    d = current_dialect()
+    follow = config.collections[feed.follow].table
+    return (f"{d.values_cte('t', ('uri', 'collection', 'time_us', 'author'), len(rows))}"
+            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT r.did, t.uri, t.collection, t.time_us FROM t, {follow} r WHERE {subject_expr('r')} = t.author"
+            f" ON CONFLICT DO NOTHING", [v for row in rows for v in row])
+
+
+def heavy_authors_sql(config: FeedsConfig, feed: Feed, authors: list[str]):
+    """The authors with more than fanoutMaxFollowers followers: an EXISTS past that many index
+    entries, so a million followers cost limit+1 reads, not a count of them all."""
+    d = current_dialect()
+    follow = config.collections[feed.follow].table
+    return (f"{d.values_cte('a', ('author',), len(authors))} SELECT a.author FROM a WHERE EXISTS"
+            f" (SELECT 1 FROM {follow} r WHERE {subject_expr('r')} = a.author LIMIT 1 OFFSET ?)",
+            [*authors, feed.fanout_max_followers])
+
+
+def mark_heavy_sql(feed: Feed, authors: list[str], now: int):
+    values = ", ".join(["(?, ?, ?)"] * len(authors))
+    return (f"INSERT INTO feed_heavy_authors (feed, did, since_us) VALUES {values} ON CONFLICT DO NOTHING",
+            [v for a in authors for v in (feed.name, a, now)])
+
+
+def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list[tuple[str, str]]):
+    """Each (follower, subject): the subject's newest `followBackfill` records of this target
+    (never more than its cap), newest first with the uri tie-break, as fanout.follow_backfill_sql."""
+    d = current_dialect()
+    target = feed.targets[target_index]
+    table = config.collections[target.short].table
+    n = min(feed.follow_backfill, target.cap)
+    join = d.newest_per_row(table, "r", "r_n.did = v.subject", "r_n.time_us DESC, r_n.uri ASC")
+    return (f"{d.values_cte('v', ('actor', 'subject'), len(pairs))}"
+            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT v.actor, r.uri, ?, r.time_us FROM v {join} WHERE true ON CONFLICT DO NOTHING",
+            [*(v for pair in pairs for v in pair), target.nsid, n])
+
+
+def unfollow_sql(triples: list[tuple[str, str, str]]):
+    """(follower, subject, target nsid): one primary-key range each (fanout.unfollow_range)."""
+    clauses, params = [], []
+    for follower, subject, nsid in triples:
+        low, high = unfollow_range(subject, nsid)
+        clauses.append("(actor = ? AND uri >= ? AND uri < ?)")
+        params += [follower, low, high]
+    return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
+
+
+def remove_targets_sql(uris: list[str]):
+    return f"DELETE FROM feed_items WHERE uri IN ({', '.join('?' * len(uris))})", list(uris)
+
+
+def resync_sql(times: list[tuple[str, int]]):
+    """Rows of an edited record take its new time (only rows that differ are written)."""
+    case = "CASE uri " + " ".join(["WHEN ? THEN ?"] * len(times)) + " END"
+    pairs = [v for row in times for v in row]
+    return (f"UPDATE feed_items SET time_us = {case} WHERE uri IN ({', '.join('?' * len(times))})"
+            f" AND time_us <> {case}", [*pairs, *(uri for uri, _ in times), *pairs])
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+def _chunked(rows: list, width: int):
+    return records.chunks(rows, width)
+
+
+def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
+    """The grouped steps' net effect; the order of these statements is the order that matters:
+    records first (backfill reads them), feed-row deletes before the fan-out that may re-add."""
+    if not steps:
+        return
+    net = net_effect(steps)
+    for coll, uris in net.deletes.values():
+        if uris:
+            records.delete_many(coll, list(uris))
+    for coll, rows in net.upserts.values():
+        if rows:
+            records.store_many(coll, [rows[uri] for uri in sorted(rows)])
+    if net.tombstones:
+        records.bury_many(net.tombstones)
+    if not config.feeds:
+        return
+    for chunk in _chunked(sorted(net.removed), 1):
+        _run(*remove_targets_sql(chunk))
+    unfollows = sorted({(f, s, t.nsid) for nsid, pairs in net.unfollows.items() for feed in config.feeds.values()
+                        if config.collections[feed.follow].nsid == nsid for t in feed.targets for f, s in pairs})
+    for chunk in _chunked(unfollows, 3):
+        _run(*unfollow_sql(chunk))
+    for feed in config.feeds.values():
+        pairs = sorted(net.follows.get(config.collections[feed.follow].nsid, ()))
+        for i in range(len(feed.targets)):
+            for chunk in _chunked(pairs, 3):  # + nsid and limit
+                _run(*backfill_sql(config, feed, i, chunk))
+        _fan_out(config, feed, net, now)
+    for chunk in _chunked(sorted(net.resync.items()), 6):
+        _run(*resync_sql(chunk))
+
+
+def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
+    nsids = {t.nsid for t in feed.targets}
+    rows = [(uri, nsid, time_us, author) for uri, (nsid, author, time_us) in sorted(net.targets.items())
+            if nsid in nsids]
+    writers = sorted({author for nsid, author in net.writers if nsid in nsids})
+    if feed.fanout_max_followers is not None and writers:
+        # Every write probes, as it would alone: a post deleted later in the batch still marks
+        # its author heavy.
+        heavy: set[str] = set()
+        for chunk in _chunked(writers, 2):  # + the limit
+            sql, params = heavy_authors_sql(config, feed, chunk)
+            heavy.update(r[0] for r in db.execute_sql(current_dialect().q(sql), params).fetchall())
+        if heavy:
+            # Hybrid: readers merge these authors' posts from the records store instead.
+            _run(*mark_heavy_sql(feed, sorted(heavy), now))
+            rows = [row for row in rows if row[3] not in heavy]
+    for chunk in _chunked(rows, 4):
+        _run(*fan_out_sql(config, feed, chunk))
