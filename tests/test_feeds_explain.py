@@ -161,7 +161,7 @@ def _feed_items_indexes() -> set[str]:
 
 
 # Why each feed_items index exists: a statement that runs on every read or batch and uses it.
-# An index no statement here needs is a page write per fan-out row for nothing (0050).
+# An index no statement here needs is a page write per fan-out row for nothing (migration 0048).
 JUSTIFIED = {
     "getFeed page": "feed_items_actor_coll_time",
     "cutoff delete": "feed_items_actor_coll_time",
