@@ -80,17 +80,9 @@ def run(log: list, serve: str, workdir: str) -> tuple[float, int, int]:
     from feather.migrate import upgrade
 
     cfg = Path(workdir) / f"{serve}.toml"
-    cfg.write_text("actors = [" + ", ".join(f'"{a}"' for a in ACTORS) + "]\n" + """
-[collections.follow]
-collection = "app.bsky.graph.follow"
-[collections.post]
-collection = "app.bsky.feed.post"
-[collections.profile]
-collection = "app.bsky.actor.profile"
-[feeds.timeline]
-follow = "follow"
-targets = ["post"]
-""")
+    from feather.feeds.config import DEFAULT_TOML
+
+    cfg.write_text("actors = [" + ", ".join(f'"{a}"' for a in ACTORS) + "]\n" + DEFAULT_TOML)
     path = Path(workdir) / f"{serve}.db"
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": workdir,
                       "FEATHERREADER_LOG_LEVEL": "WARNING", "FEATHERREADER_CONFIG": str(cfg), "FEED_SERVE": serve})
