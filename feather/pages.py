@@ -36,10 +36,13 @@ def nav_items() -> list[dict]:
         items.append(("Sync", "sync.public"))
     items.append(("Privacy", "pages.privacy"))
     path = request.path
+    # The owner's sync pages live under /u/<handle>/ but are the Sync feature's.
+    section = (request.endpoint or "").split(".")[0]
     found = []
     for label, endpoint in items:
         href = url_for(endpoint)
-        current = path == href or (href != "/" and path.startswith(href + "/"))
+        current = path == href or (href != "/" and path.startswith(href + "/")) or (
+            endpoint == "sync.public" and section == "sync" and request.endpoint != "sync.user")
         found.append({"label": label, "href": href, "current": current})
     return found
 

@@ -36,6 +36,9 @@ def seed_everything(app, did=ALICE, handle="alice.test"):
         net.upsert(did, "3ksub00000001", FEED, "2026-01-01T00:00:00Z", T * 1_000_000, max_per_did=50, touched=set())
         net.refresh_rollup({FEED})
         net.set_attribution(did, handle, True)
+        db.execute_sql(q("INSERT INTO feed_generators (uri, publisher_did, rkey, feed, display_name, published_us)"
+                         " VALUES (?, ?, 'timeline', 'timeline', 'Following', ?)"),
+                       (f"at://{did}/app.bsky.feed.generator/timeline", did, T * 1_000_000))
     in_db(app, seed)
 
 
@@ -55,7 +58,8 @@ def count_rows(app, did):
 
     tables = {"feed_actors": "did", "feed_items": "actor", "sync_sets": "owner_did", "sync_follow_mirror": "owner_did",
               "sync_queue": "owner_did", "sync_waiting": "owner_did", "sync_activity": "owner_did",
-              "net_subscription": "did", "net_attribution": "did", "auth_grant": "did", "auth_web_session": "did"}
+              "net_subscription": "did", "net_attribution": "did", "auth_grant": "did", "auth_web_session": "did",
+              "feed_generators": "publisher_did"}
     return in_db(app, lambda: {t: db.execute_sql(current_dialect().q(f"SELECT count(*) FROM {t} WHERE {c} = ?"),
                                                  (did,)).fetchone()[0] for t, c in tables.items()})
 

@@ -29,6 +29,19 @@ def test_the_current_page_is_marked_in_the_navigation(client):
     assert re.findall(r'<a href="([^"]+)" aria-current="page">', html) == ["/sync"]
 
 
+def test_the_owners_sync_pages_mark_sync_in_the_navigation_but_their_own_page_does_not(world):
+    app, client, _ = world
+    sign_in(app, client)
+    html = client.get("/u/alice.test/social-graph-sync").get_data(as_text=True)
+    assert re.findall(r'<a href="([^"]+)" aria-current="page">', nav_html(html)) == ["/sync"]
+    assert re.findall(r'<a href="([^"]+)" aria-current="page">', nav_html(client.get("/u/alice.test").get_data(
+        as_text=True))) == []
+
+
+def nav_html(html: str) -> str:
+    return re.search(r'<nav class="main-nav" aria-label="Main">(.*?)</nav>', html, re.S).group(1)
+
+
 def test_the_timeline_entry_is_there_only_while_the_timeline_page_is(make_app):
     app = make_app()
     assert ("/timeline", "Timeline") in nav(app.test_client().get("/").get_data(as_text=True))

@@ -48,6 +48,9 @@ def delete(did: str) -> None:
 
     _sql("DELETE FROM feed_items WHERE actor = ?", (did,))
     _sql("DELETE FROM feed_backfills WHERE actor = ?", (did,))
+    # What this instance remembers of generator records the person published (the records
+    # themselves are in their own repo, theirs to delete).
+    _sql("DELETE FROM feed_generators WHERE publisher_did = ?", (did,))
     if _sql("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount:
         bump()  # the ingesting process rebuilds its filter: this actor is no longer served
 

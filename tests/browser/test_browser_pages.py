@@ -24,7 +24,7 @@ SIGNED_OUT = {"home": "/", "about": "/about", "privacy": "/privacy", "terms": "/
               "attribution": "/network/attribution", "not-found": "/no-such-page"}
 SIGNED_IN = {"home-signed-in": "/", "privacy-signed-in": "/privacy", "delete": "/privacy/delete",
              "own-page": "/u/{handle}", "sync-manage": "/u/{handle}/social-graph-sync", "my-records": "/network/me",
-             "timeline": "/timeline"}
+             "timeline": "/timeline", "admin": "/admin"}
 
 
 def axe_source() -> str:

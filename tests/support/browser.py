@@ -166,6 +166,8 @@ def feather_server(pds, tmp_path_factory):
         "FEATHERREADER_LOGIN_RATE_LIMIT": "1000",
         "FEATHERREADER_ADOPTION_INTERVAL_SECS": "0",
         "FEATHERREADER_RELAY_HOSTS": "http://127.0.0.1:9",
+        # carol operates this instance: the signed-in page walk includes /admin
+        "FEATHERREADER_ADMIN_DIDS": pds.accounts["carol"].did,
     })
     server.start()
     yield server
