@@ -98,17 +98,11 @@ def look_up(did: str, resolver, read_profile: Callable[[str, str], dict | None])
 
 def pds_profile_reader(http) -> Callable[[str, str], dict | None]:
     """Read the `self` profile record anonymously from the person's PDS (guarded client)."""
-    from feather.atproto.pds import BadRequest, PdsClient, RecordNotFound
+    from feather.atproto.pds import PdsClient
+    from feather.sync.writer import self_record
 
     def read(pds: str, did: str) -> dict | None:
-        try:
-            value = PdsClient(http, pds).get_record(did, PROFILE, "self").get("value")
-        except RecordNotFound:
-            return None
-        except BadRequest as exc:
-            if exc.error in ("RepoNotFound", "RepoDeactivated", "RepoTakendown", "InvalidRequest"):
-                return None
-            raise
+        value = (self_record(PdsClient(http, pds), did, PROFILE) or {}).get("value")
         return value if isinstance(value, dict) else None
 
     return read

@@ -41,6 +41,19 @@ def follow_record(collection: str, subject: str, created_at: str) -> dict:
     return {"$type": collection, "subject": subject, "createdAt": created_at}
 
 
+def self_record(client: PdsClient, did: str, collection: str) -> dict | None:
+    """The getRecord answer for did's `self` record of collection, or None when there is none (no
+    record, or a repo that is gone: nobody can be followed or named there)."""
+    try:
+        return client.get_record(did, collection, "self")
+    except RecordNotFound:
+        return None
+    except BadRequest as exc:
+        if exc.error in ("RepoNotFound", "RepoDeactivated", "RepoTakendown", "InvalidRequest"):
+            return None
+        raise
+
+
 def _rkey(uri: str) -> str:
     return uri.rsplit("/", 1)[-1]
 
@@ -72,15 +85,7 @@ class PdsFollowWriter:
         return client
 
     def profile_exists(self, subject: str, collection: str) -> bool:
-        try:
-            self._reader(subject).get_record(subject, collection, "self")
-        except RecordNotFound:
-            return False
-        except BadRequest as exc:
-            if exc.error in ("RepoNotFound", "RepoDeactivated", "RepoTakendown", "InvalidRequest"):
-                return False
-            raise
-        return True
+        return self_record(self._reader(subject), subject, collection) is not None
 
     def get_follow(self, owner: str, collection: str, rkey: str) -> str | None:
         try:
