@@ -43,6 +43,8 @@ def test_healthy_when_the_stream_is_connected_and_jobs_succeed(engine_for, jetst
     jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "h1", "create")])
     wait_until(lambda: "at://did:plc:alice/app.bsky.feed.post/h1" in rows(), message="applied")
     stream_up(engine)
+    # the writer commits, then records the batch for the observer: the row can be visible first
+    wait_until(lambda: engine.streams["global"].obs.last_applied_at is not None, message="batch observed")
     guarded(app, Job("tidy", lambda: None, 60), board=engine.board)()
     publish(app, engine)
 
