@@ -35,11 +35,9 @@ from __future__ import annotations
 import collections
 import json
 import random
-import re
 import secrets
 import string
 import time
-from datetime import datetime, timezone
 
 import gevent
 import pytest
@@ -49,6 +47,21 @@ from gevent.pool import Pool
 from tests.support.fake_jetstream import FakeJetstream
 from tests.support.firehose_bridge import FirehoseBridge
 from tests.support.pds import tid_now, xrpc
+from tests.support.process_world import (
+    Acct,
+    Person,
+    Tap,
+    apply_creates,
+    create_account,
+    create_record,
+    delete_record,
+    error_lines,
+    follow_record,
+    list_records,
+    record_exists,
+)
+from tests.support.process_world import ok as _ok
+from tests.support.process_world import wait_for as _wait
 from tests.support.service_process import ServiceProcess, service_env
 
 pytestmark = [pytest.mark.pds, pytest.mark.slow]
@@ -65,104 +78,25 @@ PHANTOMS = 190  # + at most 10 real subjects on Grain = 200: pages of 100, 100, 
 NO_PROFILE = {0: "tangled", 1: "tangled", 2: "tangled", 3: "grain", 4: "grain", 5: "bluesky"}
 # Which subjects (by index) each owner follows with their own records before sync is turned on.
 OWN_FOLLOWS = {
-    0: {"bluesky": range(0, 120), "tangled": range(6, 120), "grain": range(110, 120)},
-    1: {"bluesky": range(10, 120), "tangled": range(0, 115), "grain": range(6, 16)},
+    0: {"bluesky": range(120), "tangled": range(6, 120), "grain": range(110, 120)},
+    1: {"bluesky": range(10, 120), "tangled": range(115), "grain": range(6, 16)},
 }
 UNFOLLOWS = {0: ("tangled", 10), 1: ("grain", 12)}  # step 3: the owner deletes their own record
 
 DRAIN_TIMEOUT = 180.0
 STALL_SECS = 45.0  # no change in any owner's queue for this long: stuck (a retry waits 60 s)
 APPLY_TIMEOUT = 30.0
-ERROR_LINE = re.compile(r"Traceback|ERROR|Error:|Exception|outside of application context")
 
 
 # ------------------------------------------------------------------------------------------- the PDS side
 
-class Acct:
-    def __init__(self, name: str, did: str, handle: str, password: str, token: str):
-        self.name, self.did, self.handle, self.password, self.token = name, did, handle, password, token
-
-
-def _ok(r: requests.Response, what: str) -> dict:
-    assert r.status_code == 200, f"{what} -> {r.status_code} {r.text[:500]}"
-    return r.json()
-
-
-def create_account(pds, name: str) -> Acct:
-    password = "pw-" + secrets.token_hex(8)
-    body = _ok(xrpc(pds.pds_url, "POST", "com.atproto.server.createAccount",
-                    json={"handle": f"{name}.test", "email": f"{name}@example.com", "password": password},
-                    timeout=60), f"createAccount {name}")
-    return Acct(name, body["did"], body["handle"], password, body["accessJwt"])
-
-
-def apply_creates(pds, acct: Acct, items: list[tuple[str, str, dict]]) -> None:
-    """(collection, rkey, record) creates in acct's repo, 200 per commit (the PDS's limit)."""
-    for i in range(0, len(items), 200):
-        writes = [{"$type": "com.atproto.repo.applyWrites#create", "collection": c, "rkey": k,
-                   "value": {"$type": c, **v}} for c, k, v in items[i:i + 200]]
-        _ok(xrpc(pds.pds_url, "POST", "com.atproto.repo.applyWrites", token=acct.token, timeout=120,
-                 json={"repo": acct.did, "writes": writes}), f"applyWrites {acct.name}")
-
-
-def create_record(pds, acct: Acct, collection: str, record: dict) -> str:
-    rkey = tid_now()
-    _ok(xrpc(pds.pds_url, "POST", "com.atproto.repo.createRecord", token=acct.token,
-             json={"repo": acct.did, "collection": collection, "rkey": rkey,
-                   "record": {"$type": collection, **record}}), f"createRecord {collection}")
-    return rkey
-
-
-def delete_record(pds, acct: Acct, collection: str, rkey: str) -> None:
-    _ok(xrpc(pds.pds_url, "POST", "com.atproto.repo.deleteRecord", token=acct.token,
-             json={"repo": acct.did, "collection": collection, "rkey": rkey}), f"deleteRecord {collection}/{rkey}")
-
-
 def list_follows(pds, did: str, collection: str) -> list[tuple[str, str]]:
-    """Every (rkey, subject) of one follow collection, all pages, straight from the PDS."""
-    out, cursor = [], None
-    while True:
-        params = {"repo": did, "collection": collection, "limit": 100, **({"cursor": cursor} if cursor else {})}
-        body = _ok(xrpc(pds.pds_url, "GET", "com.atproto.repo.listRecords", params=params), "listRecords")
-        out += [(rec["uri"].rsplit("/", 1)[-1], rec["value"].get("subject")) for rec in body["records"]]
-        cursor = body.get("cursor")
-        if not body["records"] or not cursor:
-            return out
-
-
-def record_exists(pds, did: str, collection: str, rkey: str) -> bool:
-    r = xrpc(pds.pds_url, "GET", "com.atproto.repo.getRecord",
-             params={"repo": did, "collection": collection, "rkey": rkey})
-    return r.status_code == 200
-
-
-def follow_record(subject: str) -> dict:
-    return {"subject": subject, "createdAt": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"}
+    """Every (rkey, subject) of one follow collection, straight from the PDS."""
+    return [(rec["uri"].rsplit("/", 1)[-1], rec["value"].get("subject")) for rec in list_records(pds, did, collection)]
 
 
 def phantom_did(rng: random.Random) -> str:
     return "did:plc:" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(24))
-
-
-class Tap:
-    """The bridge's sink: hands frames to the fake Jetstream and remembers when each commit went in
-    (the time_us the fake stamped; an upper bound for frames of a multi-op commit)."""
-
-    def __init__(self, js: FakeJetstream):
-        self.js = js
-        self.times: dict[tuple[str, str, str, str], int] = {}
-
-    def __call__(self, frames: list[dict]) -> None:
-        last = self.js.append(frames)
-        for f in frames:
-            if f.get("kind") == "commit":
-                c = f["commit"]
-                self.times[(f["did"], c["collection"], c["rkey"], c["operation"])] = last
-
-    def time_of(self, did: str, collection: str, rkey: str, operation: str, timeout: float = 15.0) -> int:
-        key = (did, collection, rkey, operation)
-        _wait(lambda: key in self.times, timeout, f"the firehose to carry {operation} {collection}/{rkey}")
-        return self.times[key]
 
 
 # ---------------------------------------------------------------------------------- what should be true
@@ -227,45 +161,20 @@ def repo_problems(pds, model: Model, owners: list[Acct]) -> tuple[list[str], dic
 
 # ------------------------------------------------------------------------------------ the service side
 
-class Owner:
-    """One person's browser-less session with the service: cookies, CSRF header, the JSON API."""
-
-    def __init__(self, svc: ServiceProcess, acct: Acct, label: str):
-        self.svc, self.acct, self.label = svc, acct, label
-        self.http = requests.Session()
-
-    def _csrf(self) -> str:
-        return _ok(self.http.get(self.svc.url + "/api/session", timeout=30), "GET /api/session")["csrfToken"]
-
-    def sign_in(self, app_password: str) -> dict:
-        r = self.http.post(self.svc.url + "/api/session", timeout=60, headers={"X-CSRF-Token": self._csrf()},
-                           json={"identifier": self.acct.handle, "password": app_password})
-        body = _ok(r, f"{self.label}: POST /api/session")
-        assert body.get("did") == self.acct.did and body.get("signedIn"), body
-        return body
+class Owner(Person):
+    """One owner's session with the service and the sync JSON API."""
 
     def state(self) -> dict:
-        return _ok(self.http.get(self.svc.url + "/api/sync", timeout=30), f"{self.label}: GET /api/sync")
+        return _ok(self.get("/api/sync"), f"{self.label}: GET /api/sync")
 
     def change(self, **body) -> dict:
-        r = self.http.post(self.svc.url + "/api/sync", json=body, timeout=60, headers={"X-CSRF-Token": self._csrf()})
-        return _ok(r, f"{self.label}: POST /api/sync {body}")
+        return _ok(self.post_json("/api/sync", body), f"{self.label}: POST /api/sync {body}")
 
     def preview(self) -> requests.Response:
-        return self.http.get(self.svc.url + "/api/sync/preview", params={"apps": ",".join(APPS)}, timeout=60)
+        return self.get("/api/sync/preview", params={"apps": ",".join(APPS)}, timeout=60)
 
     def activity(self, limit: int = 8) -> list[dict]:
-        return _ok(self.http.get(self.svc.url + "/api/sync/activity", params={"limit": limit}, timeout=30),
-                   f"{self.label}: GET /api/sync/activity")["activity"]
-
-
-def _wait(predicate, timeout: float, message, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message() if callable(message) else message}")
+        return _ok(self.get("/api/sync/activity", params={"limit": limit}), f"{self.label}: GET /api/sync/activity")["activity"]
 
 
 def brief(state: dict) -> str:
@@ -275,19 +184,6 @@ def brief(state: dict) -> str:
             f"{' (' + str(state.get('pause_reason')) + ')' if state.get('paused') else ''} apps={state.get('apps')}"
             f" backfill={json.dumps(b, sort_keys=True)} queue={json.dumps(q, sort_keys=True)}"
             f" waiting={state.get('waiting')}")
-
-
-def error_lines(svc: ServiceProcess, limit: int = 40) -> str:
-    """Distinct error lines of the service log (first occurrence order), with how often each came."""
-    seen: collections.Counter = collections.Counter()
-    order = []
-    for line in svc.log_text().splitlines():
-        if ERROR_LINE.search(line):
-            key = re.sub(r"^\S+ \S+ ", "", line)[:300]  # drop a leading timestamp so repeats fold
-            if key not in seen:
-                order.append(key)
-            seen[key] += 1
-    return "\n".join(f"{seen[k]:>4}x {k}" for k in order[:limit]) or "(no error lines)"
 
 
 # -------------------------------------------------------------------------------------------------- test
