@@ -16,7 +16,7 @@ import requests
 
 from tests.support.browser import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.once]  # the demo pins its own SQLite file
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0

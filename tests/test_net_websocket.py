@@ -12,6 +12,8 @@ import websocket
 from feather.net import BlockedDestination, FetchFailed
 from feather.net.websocket import FrameTooLarge, open_websocket
 
+pytestmark = pytest.mark.once  # the socket layer holds no database
+
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 

@@ -18,7 +18,7 @@ from feather.net import GuardedClient
 from tests.support.oauth_fakes import loopback_client
 from tests.support.pds import create_session, pds, pds_rate_limited  # noqa: F401
 
-pytestmark = pytest.mark.pds
+pytestmark = [pytest.mark.pds, pytest.mark.once]  # the PDS client holds no database
 FOLLOW = "app.bsky.graph.follow"
 
 

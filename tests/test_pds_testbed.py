@@ -16,7 +16,7 @@ import requests
 
 from tests.support.pds import create_session, tid_now, xrpc
 
-pytestmark = pytest.mark.pds
+pytestmark = [pytest.mark.pds, pytest.mark.once]  # the testbed itself, no database
 
 FOLLOW = "app.bsky.graph.follow"
 

@@ -12,7 +12,7 @@ import requests
 from tests.browser.helpers import (assert_clean_console, assert_footer, consent_in_browser_session,
                                    sign_in_with_app_password)
 
-pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]
 
 FEED = "https://blog.example.com/feed.xml"
 RSS = "community.lexicon.rss.subscription"

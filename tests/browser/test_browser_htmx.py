@@ -5,7 +5,7 @@ import pytest
 
 from tests.browser.helpers import assert_clean_console, assert_footer, sign_in_with_app_password
 
-pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]
 
 PAGES = ["/", "/about", "/privacy", "/terms", "/login", "/network", "/network/opt-out", "/sync"]
 

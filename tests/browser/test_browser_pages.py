@@ -13,7 +13,7 @@ import pytest
 from tests.browser.helpers import assert_footer, sign_in_with_app_password
 from tests.support.browser import REPO
 
-pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]
 
 SCREENSHOTS = REPO / "screenshots"
 AXE = REPO / "node_modules" / "axe-core" / "axe.min.js"

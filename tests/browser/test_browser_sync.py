@@ -14,7 +14,7 @@ import pytest
 from tests.browser.helpers import assert_clean_console, assert_footer, sign_in_with_app_password
 from tests.browser.test_browser_forms import posted_and_redirected
 
-pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]
 
 
 def open_sync_page(page, pds, name: str) -> str:

@@ -8,7 +8,7 @@ import requests
 from tests.browser.helpers import assert_clean_console, sign_in_with_app_password
 from tests.support.browser import ARTIFACTS, FeatherServer, ensure_htmx
 
-pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]
 
 AUTHOR = "did:plc:tlauthor000000000000000a"
 HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> & "quotes"'
