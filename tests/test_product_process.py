@@ -19,8 +19,9 @@ Steps:
   5. Ben opens "Delete my data" (Privacy -> the confirmation page). kill -9 of the whole service, then
      a restart (the generated development SECRET_KEY must be the one kept in the data folder).
      Both are still signed in; Ben presses the button on the page loaded before the crash.
-  6. End state, exact: Ben is signed out; his refresh token, as Feather held it, is refused by the
-     PDS; signed in again with a new app password, his export holds nothing but that new sign-in;
+  6. Ben is also signed in on a second device (HTTP). End state, exact: Ben is signed out on both; his
+     refresh token, as Feather held it, is refused by the PDS; signed in again with a new app
+     password, his export holds nothing but that new sign-in (one browser session, a new grant);
      Ada's export is byte-for-byte what it was before, and she is still signed in and named.
 
 Timing is printed (`-s` shows it); nothing asserts on time.
@@ -182,8 +183,11 @@ def scenario(pds, svc, pages, ada, ben, data_dir: Path, database_url: str, mark)
     assert second.locator("header.site .account").inner_text() == f"@{ben.handle}", "Ben was signed out by the restart"
     second.close()
 
-    # 6. Ben deletes his data with the form he had open; the end state, exactly.
-    refresh = held_refresh_token(database_url, data_dir, ben.did)
+    # 6. Ben deletes his data with the form he had open; the end state, exactly. He is also signed in
+    # on a second device (a script, over HTTP), whose session must end with the deletion too.
+    laptop = Person(svc, ben, "Ben's laptop")
+    laptop.sign_in(app_password(pds, ben, "feather-e2e-laptop"))
+    refresh = held_refresh_token(database_url, data_dir, ben.did)  # the latest sign-in's grant
     deleted_at = int(time.time())
     response = click(b, b.get_by_role("button", name="Delete my data and sign me out"))
     first = response.request.redirected_from
@@ -198,9 +202,9 @@ def scenario(pds, svc, pages, ada, ben, data_dir: Path, database_url: str, mark)
     renewed = xrpc(pds.pds_url, "POST", "com.atproto.server.refreshSession", token=refresh)
     assert renewed.status_code in (400, 401) and renewed.json().get("error") in ("ExpiredToken", "InvalidToken"), \
         f"the PDS still renews the session Feather held for Ben: {renewed.status_code} {renewed.text[:300]}"
-    again = Person(svc, ben, "ben again")
-    again.sign_in(app_password(pds, ben, "feather-e2e-again"))
-    left = ok(again.get("/privacy/export"), "Ben's export after the deletion")
+    assert laptop.get("/api/session").json()["signedIn"] is False, "Ben's other device is still signed in"
+    laptop.sign_in(app_password(pds, ben, "feather-e2e-again"))
+    left = ok(laptop.get("/privacy/export"), "Ben's export after the deletion")
     print(f"  Ben's export after signing in again: {json.dumps(left)[:600]}")
     assert_only_a_new_sign_in(left, ben, deleted_at)
     assert export(a) == ada_export, "Ada's data changed when Ben deleted his"
