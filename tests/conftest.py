@@ -8,6 +8,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 pytest_plugins = ["tests.support.pds", "tests.support.firehose_bridge"]
+# Debian's Chromium through Playwright, one per session for tests/browser/ and the whole-process tests.
+from tests.support.browser import browser, playwright_instance  # noqa: E402, F401
 
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("DATABASE_URL", "") if os.environ.get("DATABASE_URL", "").startswith("postgres") else ""

@@ -1,7 +1,9 @@
-"""Browser tests: fixtures from tests/support/browser.py, and the report hook their failure screenshots need."""
+"""Browser tests: fixtures from tests/support/browser.py, and the report hook their failure screenshots need.
+(`browser` itself comes from the root conftest: one Playwright per test session, shared with
+tests/test_product_process.py, since a second sync Playwright cannot start while one runs.)"""
 import pytest
 
-from tests.support.browser import browser, capture_reports, feather_server, page_js, page_nojs, playwright_instance  # noqa: F401
+from tests.support.browser import capture_reports, feather_server, page_js, page_nojs  # noqa: F401
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,6 +1,8 @@
 """Small steps the browser tests share: sign-in, footer and console checks."""
 from __future__ import annotations
 
+import itertools
+
 from feather.atproto.syntax import next_tid
 from tests.support.browser import FOOTER_LINKS
 from tests.support.pds import create_session, xrpc
@@ -57,3 +59,23 @@ def consent_in_browser_session(context, authorize_url: str, username: str, passw
     if "csrf-token" not in jar:
         raise ConsentError(f"the browser holds no csrf-token cookie for {origin} (got {sorted(jar)})")
     return consent_with_cookies(authorize_url, jar, username, password)
+
+
+HEADINGS = "() => [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => [+h.tagName[1], h.textContent.trim()])"
+
+
+def heading_problems(page) -> list[str]:
+    """The page's headings out of order: not exactly one h1, a heading before the h1, or a level
+    skipped on the way down (h2 -> h4). Read from the DOM, so it works with JavaScript off too."""
+    headings = page.evaluate(HEADINGS)
+    where = page.url.split("/", 3)[-1]
+    problems = []
+    h1s = [text for level, text in headings if level == 1]
+    if len(h1s) != 1:
+        problems.append(f"/{where}: {len(h1s)} h1 headings {h1s}, not one")
+    if headings and headings[0][0] != 1:
+        problems.append(f"/{where}: the first heading is h{headings[0][0]} {headings[0][1]!r}, not the h1")
+    for (before, _), (level, text) in itertools.pairwise(headings):
+        if level > before + 1:
+            problems.append(f"/{where}: h{level} {text!r} follows an h{before} (a level skipped)")
+    return problems

@@ -1,16 +1,20 @@
 """Every page as a first-time visitor meets it, in real Chromium: with JavaScript on and off, light and
 dark, 1280 px and 390 px. axe-core (npm, pinned in package-lock.json) finds no serious or critical
-violation on any of them, and each combination is saved as a screenshot in screenshots/ (gitignored)
+violation on any of them, the headings are in order on each (one h1, none before it, no level
+skipped: asserted here, since axe rates heading-order only "moderate"), and each combination is saved as a screenshot in screenshots/ (gitignored)
 so a person can look at every page after a run.
 """
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.browser.helpers import assert_footer, sign_in_with_app_password
+from tests.browser.helpers import (
+    assert_footer,
+    heading_problems,
+    sign_in_with_app_password,
+)
 from tests.support.browser import REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]
@@ -68,7 +72,7 @@ class NoScriptTwin:
 
 def look_at(page, name: str, js: bool, twin: NoScriptTwin) -> list[str]:
     """Run axe and take a screenshot in every scheme and width; return what axe found, labelled."""
-    problems = []
+    problems = heading_problems(page)  # asserted here: axe rates heading-order only "moderate"
     SCREENSHOTS.mkdir(exist_ok=True)
     for scheme in SCHEMES:
         page.emulate_media(color_scheme=scheme)
