@@ -362,7 +362,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     killed_after = len(posted)
     follow(pds, model, r2, authors[11])  # never followed before: admitted and fetched after the restart
     delete_post(pds, model, burst[0], posted[0])
-    poster.join(raise_error=True)
+    poster.get()  # re-raises what the poster met
     down_first = tap.time_of(r2.did, FOLLOW, model.follows[r2.did][authors[11].did], "create")
     mark(f"kill -9 after {killed_after} of {len(burst)} burst posts (global cursor {before_kill}); "
          f"while down: a follow, a delete and {len(burst) - killed_after} more posts")
