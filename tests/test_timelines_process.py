@@ -79,7 +79,8 @@ AUTHORS, UNRELATED, OLD_POSTS = 12, 3, 2
 FOLLOWS_BEFORE = {0: (0, 1, 2, 3, 4), 1: (3, 4, 5, 6, 7), 2: (8, 9)}  # reader -> author indexes
 CONVERGE_TIMEOUT = 90.0
 HOSTILE_URL = "https://example.com/feather?a=1&b=2"
-HOSTILE_TEXT = f'<script>alert("feather")</script> read {HOSTILE_URL}'
+HOSTILE_HEAD, HOSTILE_TAIL = '<script>alert("feather")</script> read', ' <img src=x onerror=alert(2)>'
+HOSTILE_TEXT = f"{HOSTILE_HEAD} {HOSTILE_URL}{HOSTILE_TAIL}"
 
 
 # ------------------------------------------------------------------------------------------ the model
@@ -248,11 +249,19 @@ def test_three_readers_timelines_and_feed_generator_through_kill9_and_replay_who
                 svc.stop()
         finally:
             bridge.stop()
-    stored = stored_of(database_url, world["unrelated"], [a.did for a in world["authors"]])
-    mark(f"database opened read-only after the stop: {stored}")
+    model = world["model"]
+    stored = stored_of(database_url, world["unrelated"], [a.did for a in world["authors"]], world["readers"],
+                       sorted(model.deleted))
+    mark(f"database opened read-only after the stop: unrelated {stored['unrelated']}, "
+         f"posts of the authors {stored['followed_posts']}, feed rows of deleted posts {stored['deleted_rows']}")
     assert stored["unrelated"] == {"posts": 0, "follows": 0, "profiles": 0, "feed_items": 0, "fetches": 0}, \
-        f"an unrelated author's records were stored: {stored}"
+        f"an unrelated author's records were stored: {stored['unrelated']}"
     assert stored["followed_posts"] > 0, "the read-only count sees nothing at all: it would prove nothing"
+    assert stored["deleted_rows"] == 0, "deleted posts left rows in feed_items (reads hide them by the join)"
+    for reader in world["readers"]:  # the rows themselves, not only what the join lets through
+        rows = stored["feed_items"][reader.did]
+        assert sorted(rows) == sorted(model.expected(reader.did)), \
+            f"{reader.name}'s feed_items rows: {diff(rows, model.expected(reader.did))}"
     mark(f"total {time.monotonic() - t0:.1f} s")
 
 
@@ -278,7 +287,7 @@ def build_world(pds, mark) -> dict:
     for acct in authors + unrelated:  # in turn: the createdAt clock is the model's
         old_posts(acct)
     hostile_uri = write_post(pds, model, authors[0], HOSTILE_TEXT, facets=[{
-        "index": {"byteStart": HOSTILE_TEXT.index("https"), "byteEnd": len(HOSTILE_TEXT)},
+        "index": {"byteStart": HOSTILE_TEXT.index("https"), "byteEnd": HOSTILE_TEXT.index(HOSTILE_TAIL)},
         "features": [{"$type": "app.bsky.richtext.facet#link", "uri": HOSTILE_URL}]}])
     create_record(pds, authors[0], FOLLOW, follow_record(unrelated[0].did))  # not served: admits nobody
     for n, indexes in FOLLOWS_BEFORE.items():
@@ -392,8 +401,16 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
         f"a reconnect must ask for the overlap before the last applied event ({last}): {conn}"
     wait_converged(readers, model, "the reconnect")
 
-    # 5. Exact end state through every way of reading.
+    # 5. Exact end state through every way of reading; a stranger is served nothing (and stays a stranger).
     check_reads(pds, readers, model, world, feed_uri, aud, mark, "at the end")
+    stranger = Reader(svc, unrelated_accts[2], "unrelated2")
+    token = _ok(xrpc(pds.pds_url, "GET", "com.atproto.server.getServiceAuth", token=stranger.acct.token,
+                     params={"aud": aud, "lxm": SKELETON}), "getServiceAuth")["token"]
+    body = _ok(stranger.http.get(f"{svc.url}/xrpc/{SKELETON}", params={"feed": feed_uri}, timeout=30,
+                                 headers={"Authorization": f"Bearer {token}"}), "a stranger's getFeedSkeleton")
+    assert body["feed"] == [] and "Sign in at" in body.get("message", ""), body
+    r = stranger.get(GET_FEED, params={"feed": "timeline", "actor": stranger.acct.did})
+    assert (r.status_code, r.json().get("error")) == (403, "NotServed"), r.text
 
 
 def svc_get(svc: ServiceProcess, path: str):
@@ -433,9 +450,9 @@ def check_reads(pds, readers: list[Reader], model: Model, world: dict, feed_uri:
             f"{reader.label} /timeline handles {when}: {[h for _, h in entries][:6]}"
         if world["hostile"] in want:
             link = f'<a href="{html.escape(HOSTILE_URL)}" rel="nofollow noopener ugc">{html.escape(HOSTILE_URL)}</a>'
-            shown = html.escape('<script>alert("feather")</script>', quote=True)
-            assert "<script>alert" not in text, f"{reader.label}: hostile post text unescaped"
-            assert f"{shown} read {link}" in text.replace("&#34;", "&quot;"), \
+            shown = f"{html.escape(HOSTILE_HEAD)} {link}{html.escape(HOSTILE_TAIL)}"
+            assert "<script>alert" not in text and "<img src=x" not in text, f"{reader.label}: hostile text unescaped"
+            assert shown in text.replace("&#34;", "&quot;").replace("&#39;", "&#x27;"), \
                 f"{reader.label}: the hostile post is not shown escaped with its link facet: " \
                 f"{[e for e in ENTRY.findall(text) if 'alert' in e]}"
         print(f"  {reader.label} {when}: {len(want)} posts via getFeed, skeleton ({pages} pages of 4), page")
@@ -461,9 +478,10 @@ def wait_global_connection(js, old: set[str], timeout: float = 45.0) -> dict:
 
 # ------------------------------------------------------------------------- the database, read-only
 
-def stored_of(database_url: str, unrelated: list[Acct], authors: list[str]) -> dict:
-    """Rows of the unrelated authors (and, as a control, posts of the authors), with the service
-    stopped: a read-only connection, so looking changes nothing."""
+def stored_of(database_url: str, unrelated: list[Acct], authors: list[str], readers: list[Acct],
+              deleted: list[str]) -> dict:
+    """Rows of the unrelated authors (and, as a control, posts of the authors), feed rows of deleted
+    posts and each reader's feed rows, with the service stopped: a read-only connection."""
     dids = [u.did for u in unrelated]
     marks = ", ".join("?" * len(dids))
     likes = " OR ".join(["uri LIKE ?"] * len(dids))
@@ -477,17 +495,24 @@ def stored_of(database_url: str, unrelated: list[Acct], authors: list[str]) -> d
     control = (f"SELECT count(*) FROM feed_records_post WHERE did IN ({', '.join('?' * len(authors))})", authors)
     if database_url.startswith("sqlite"):
         conn = sqlite3.connect(f"file:{database_url.split(':///', 1)[1]}?mode=ro", uri=True)
-        run = lambda sql, params: conn.execute(sql, params).fetchone()[0]
+        run_all = lambda sql, params: conn.execute(sql, params).fetchall()
     else:
         import psycopg2
 
         conn = psycopg2.connect(database_url, options="-c default_transaction_read_only=on")
         cur = conn.cursor()
 
-        def run(sql, params):
+        def run_all(sql, params):
             cur.execute(sql.replace("?", "%s"), params)
-            return cur.fetchone()[0]
+            return cur.fetchall()
+
+    def run(sql, params):
+        return run_all(sql, params)[0][0]
     try:
-        return {"unrelated": {k: run(*q) for k, q in queries.items()}, "followed_posts": run(*control)}
+        return {"unrelated": {k: run(*q) for k, q in queries.items()}, "followed_posts": run(*control),
+                "deleted_rows": run(f"SELECT count(*) FROM feed_items WHERE uri IN ({', '.join('?' * len(deleted))})",
+                                    deleted),
+                "feed_items": {r.did: [row[0] for row in run_all("SELECT uri FROM feed_items WHERE actor = ?", [r.did])]
+                               for r in readers}}
     finally:
         conn.close()
