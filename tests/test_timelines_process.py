@@ -20,17 +20,22 @@ Steps:
      each author's handle, the hostile text escaped and its link facet a link) and
      getFeedSkeleton with a PDS-minted service-auth token, paged 4 at a time with the cursor.
   3. A burst of posts; a reader follows an author during it; kill -9 in its middle; while the
-     service is down a reader follows a never-followed author and an author deletes a post;
-     restart (the global stream must resume from its saved cursor, rewound by the overlap).
+     service is down a never-followed author posts, a reader then follows them, and an author
+     deletes a post; restart (the global stream must resume from its saved cursor, rewound by the
+     overlap).
   4. The fake Jetstream drops every connection: the consumer reconnects asking for its overlap;
      a few posts follow.
   5. End state, exact, for every reader: getFeed (all pages), getFeedSkeleton (all pages) and the
      page list exactly the model's post URIs (posts of who they follow now, minus deleted ones,
-     newest first, no duplicates). Then the service is stopped and its database is opened
+     newest first, no duplicates); the "N new posts" URL each page gave after step 2 counts exactly
+     what came since; a stranger's skeleton is empty with the reason and their getFeed is refused.
+     Then the service is stopped and its database is opened
      read-only (sqlite3 `mode=ro` / a PostgreSQL read-only transaction) to count what was stored
      of the unrelated authors: no post, follow, profile, feed row or fetch request at all — the
      HTTP side only ever shows timelines, and /admin's timeline figures are aggregates with no
-     author in them, so the database is the honest place to see "never stored".
+     author in them, so the database is the honest place to see "never stored". The same look
+     checks each reader's feed_items rows exactly (reads join them to the records, so a row left
+     behind by a deleted post or an unfollow is invisible over HTTP).
 
 Timing is printed (`-s` shows it); nothing asserts on time.
 """
@@ -351,7 +356,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     gevent.joinall(watchers, raise_error=True)
     assert not notes, "while posting went on:\n" + "\n".join(notes[:20])
     mark(f"live phase converged ({sum(w.value for w in watchers)} getFeed reads meanwhile): " + sizes(readers, model))
-    check_reads(pds, readers, model, world, feed_uri, aud, mark, "after the live phase")
+    tops = check_reads(pds, readers, model, world, feed_uri, aud, mark, "after the live phase")
 
     # 3. A burst; a follow during it; kill -9 in its middle; a follow and a delete while down.
     followed = [a for a in authors if any(a.did in model.follows[r.did] for r in world["readers"])]
@@ -406,6 +411,12 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
 
     # 5. Exact end state through every way of reading; a stranger is served nothing (and stays a stranger).
     check_reads(pds, readers, model, world, feed_uri, aud, mark, "at the end")
+    for reader in readers:  # the htmx notice polls the URL the page gave it after the live phase
+        new_url, top = tops[reader.label]
+        newer = sum(1 for uri in model.expected(reader.acct.did) if model.posts[uri][1] > model.posts[top][1])
+        r = reader.get(html.unescape(new_url))
+        shown = f"{newer} new post{'s' if newer != 1 else ''}" if newer else ""
+        assert (r.status_code, re.sub(r"<[^>]+>", "", r.text).strip()) == (200, shown), r.text
     stranger = Reader(svc, unrelated_accts[2], "unrelated2")
     token = _ok(xrpc(pds.pds_url, "GET", "com.atproto.server.getServiceAuth", token=stranger.acct.token,
                      params={"aud": aud, "lxm": SKELETON}), "getServiceAuth")["token"]
@@ -437,8 +448,15 @@ def wait_converged(readers: list[Reader], model: Model, what: str) -> None:
         f"  {r.label}: {diff(got.get(r.label, []), model.expected(r.acct.did))}" for r in readers), interval=0.5)
 
 
-def check_reads(pds, readers: list[Reader], model: Model, world: dict, feed_uri: str, aud: str, mark, when: str):
+NEW_POSTS = re.compile(r'id="new-posts" hx-get="([^"]+)"')
+
+
+def check_reads(pds, readers: list[Reader], model: Model, world: dict, feed_uri: str, aud: str, mark,
+                when: str) -> dict[str, tuple[str, str]]:
+    """Every way of reading each timeline, exactly the model. Returns each reader's "N new posts"
+    URL from the page and the newest post it was shown with."""
     handles = {a.did: a.handle for a in world["authors"]}
+    tops = {}
     for reader in readers:
         want = model.expected(reader.acct.did)
         assert reader.feed_uris(limit=7) == want, f"{reader.label} getFeed paged by 7 {when}: " \
@@ -458,8 +476,10 @@ def check_reads(pds, readers: list[Reader], model: Model, world: dict, feed_uri:
             assert shown in text.replace("&#34;", "&quot;").replace("&#39;", "&#x27;"), \
                 f"{reader.label}: the hostile post is not shown escaped with its link facet: " \
                 f"{[e for e in ENTRY.findall(text) if 'alert' in e]}"
+        tops[reader.label] = (NEW_POSTS.search(text).group(1), want[0])
         print(f"  {reader.label} {when}: {len(want)} posts via getFeed, skeleton ({pages} pages of 4), page")
     mark(f"every reader's getFeed, skeleton and page exactly the model {when}")
+    return tops
 
 
 def global_connection(js, old: set[str]) -> dict:
