@@ -29,9 +29,8 @@ Steps:
      page list exactly the model's post URIs (posts of who they follow now, minus deleted ones,
      newest first, no duplicates); the "N new posts" URL each page gave after step 2 counts exactly
      what came since; a stranger's skeleton is empty with the reason and their getFeed is refused.
-     Then the service is stopped and its database is opened
-     read-only (sqlite3 `mode=ro` / a PostgreSQL read-only transaction) to count what was stored
-     of the unrelated authors: no post, follow, profile, feed row or fetch request at all — the
+     Then the service is stopped and its database is opened read-only (sqlite3 `mode=ro` / a
+     PostgreSQL read-only transaction) to count what was stored of the unrelated authors: no post, follow, profile, feed row or fetch request at all — the
      HTTP side only ever shows timelines, and /admin's timeline figures are aggregates with no
      author in them, so the database is the honest place to see "never stored". The same look
      checks each reader's feed_items rows exactly (reads join them to the records, so a row left
