@@ -139,3 +139,38 @@ def test_several_feeds_get_a_selector_and_each_reads_its_own(make_app, tmp_path)
     assert texts(page) == ["hello"]
     assert client.get("/timeline?feed=nope").status_code == 404
     join_backfills(app)
+
+
+GALLERY = "social.grain.gallery"
+MIXED = toml(extra=f"[collections.gallery]\ncollection = \"{GALLERY}\"\n"
+                   "[feeds.mixed]\nfollow = \"follow\"\ntargets = [\"post\", \"gallery\"]")
+
+
+def test_a_feed_with_two_targets_shows_each_by_its_own_link(make_app, tmp_path):
+    app = feeds_app(make_app, tmp_path, MIXED, sources=FakeSources())
+    ingest(app, [follow(A, "f1", B), post(B, "p1", BASE_US + 1_000_000, text="a post")]
+           + [create(B, GALLERY, f"g{i}", {"title": f"gallery {i}", "createdAt": "2025-10-09T08:53:2{i}Z"},
+                     time_us=BASE_US + (2 + i) * 1_000_000) for i in range(3)])
+    mark_backfilled(app, A, ("timeline", "mixed"))
+    client = app.test_client()
+    sign_in(app, client, did=A, handle="alice.test")
+    page = client.get("/timeline?feed=mixed").text
+    assert texts(page) == ["a post"]  # the first target by default, as getFeed answers
+    assert ('<nav class="feed-picker" aria-label="Collections">\n  <a href="/timeline?feed=mixed" aria-current="page">'
+            'post</a><a href="/timeline?feed=mixed&amp;collection=gallery">gallery</a>') in page
+    page = client.get("/timeline?feed=mixed&collection=gallery&limit=2").text
+    assert texts(page) == ["gallery 2", "gallery 1"]
+    assert ('<a href="/timeline?feed=mixed&amp;limit=2">post</a><a href="/timeline?feed=mixed&amp;collection=gallery'
+            '&amp;limit=2" aria-current="page">gallery</a>') in page
+    older = older_link(page)
+    assert "collection=gallery" in older and texts(client.get(older).text) == ["gallery 0"]
+    new_url = html.unescape(re.search(r'id="new-posts" hx-get="([^"]+)"', page).group(1))
+    assert "collection=gallery" in new_url
+    ingest(app, [create(B, GALLERY, "g9", {"title": "gallery 9", "createdAt": "2025-10-09T08:54:00Z"},
+                        time_us=BASE_US + 60_000_000)]
+           + [post(B, f"p{9 + i}", BASE_US + (61 + i) * 1_000_000, text="later post") for i in range(2)])
+    notice = client.get(new_url).text
+    assert "1 new post" in notice and "2 new posts" not in notice  # the gallery's newcomer, not the posts
+    assert client.get(f"/timeline?feed=mixed&collection={GALLERY}").status_code == 200  # the NSID names it too
+    assert client.get("/timeline?feed=mixed&collection=nope").status_code == 404
+    join_backfills(app)

@@ -2,8 +2,8 @@
 
 The page reads exactly what getFeed reads (the same source and keyset pipeline, query.py and
 hybrid.py), so the page, the JSON and the Bluesky feed generator can never disagree about what
-is in a timeline or in which order. Only the first target of a feed is shown (a feed's first
-target is what getFeed answers by default, too).
+is in a timeline or in which order. A feed with several targets (posts, and galleries on Grain,
+say) shows one at a time, as getFeed's `collection` parameter does: the first by default.
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from markupsafe import Markup
 
 from feather.db import current_dialect, db
-from feather.feeds import backfill, cursor as cursors, hybrid, query, render
-from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds import backfill, hybrid, query, render
+from feather.feeds import cursor as cursors
+from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.schema import subject_expr
 
 PAGE_SIZE, MAX_PAGE_SIZE = 30, 100
@@ -39,18 +40,18 @@ def page_size(raw: str | None) -> int:
     return min(value, MAX_PAGE_SIZE)
 
 
-def source(config: FeedsConfig, feed: Feed, did: str):
-    target = feed.targets[0]
+def source(config: FeedsConfig, feed: Feed, did: str, target: Target | None = None):
+    target = target or feed.targets[0]
     return config.collections[target.short], hybrid.feed_source(config, feed, target, did)
 
 
 def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, limit: int,
-         now: float | None = None) -> tuple[list[Entry], str | None, str | None]:
+         now: float | None = None, target: Target | None = None) -> tuple[list[Entry], str | None, str | None]:
     """(entries newest first, the cursor of the next older page or None, the newest entry's
     position as a cursor, for the new-posts check)."""
     from feather.feeds.identities import hydrate
 
-    collection, src = source(config, feed, did)
+    collection, src = source(config, feed, did, target)
     page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or ""}, src)
     records = page["records"]
     handles = hydrate(app, config, [r["did"] for r in records]) if records else {}
@@ -90,12 +91,12 @@ def _display_names(config: FeedsConfig, dids: list[str]) -> dict[str, str]:
     return names
 
 
-def newer_count(config: FeedsConfig, feed: Feed, did: str, top: str | None) -> int:
+def newer_count(config: FeedsConfig, feed: Feed, did: str, top: str | None, target: Target | None = None) -> int:
     """Entries newer than top (a cursor of the newest entry shown), up to NEW_POSTS_CAP."""
     position = cursors.decode(top, "time")
     if position is None:
         return 0
-    _collection, src = source(config, feed, did)
+    _collection, src = source(config, feed, did, target)
     t, u = src.t, src.u
     where = list(src.where) + [f"({t} > ? OR ({t} = ? AND {u} < ?))"]
     sql = (f"SELECT count(*) FROM (SELECT 1 AS one {src.from_sql} WHERE {' AND '.join(where)}"

@@ -2,7 +2,8 @@
 
 Without JavaScript: the newest page, an "Older posts" link (?cursor=…), a note and a Reload link
 while the timeline is being filled in, and one link per feed when several are configured.
-htmx only adds to that: the "Older posts" link loads the next page in place when it scrolls into
+A feed with several targets gets one link per target (?collection=<short name>), as getFeed's
+`collection` parameter does. htmx only adds to that: the "Older posts" link loads the next page in place when it scrolls into
 view (/timeline/more), a notice polls for "N new posts" (/timeline/new), and while the timeline
 fills in, the region re-fetches itself (/timeline/region) until it is complete.
 """
@@ -32,6 +33,24 @@ def _feed(config):
     return feed
 
 
+def _target(feed):
+    """The target the page shows: ?collection= (short name or NSID), else the feed's first."""
+    wanted = request.args.get("collection")
+    if not wanted:
+        return feed.targets[0]
+    for target in feed.targets:
+        if wanted in (target.short, target.nsid):
+            return target
+    abort(404, "This feed has no such collection.")
+
+
+def _keep(config, feed, target) -> dict:
+    """The query parameters every link of the page carries forward (defaults left out)."""
+    return {"feed": feed.name if len(config.feeds) > 1 or request.args.get("feed") else None,
+            "collection": target.short if target is not feed.targets[0] else None,
+            "limit": request.args.get("limit") and str(timeline.page_size(request.args.get("limit")))}
+
+
 def _url(endpoint: str, **params) -> str:
     clean = {k: v for k, v in params.items() if v not in (None, "")}
     return url_for(endpoint) + ("?" + urlencode(clean) if clean else "")
@@ -40,18 +59,19 @@ def _url(endpoint: str, **params) -> str:
 def _context() -> dict:
     config = _config()
     feed = _feed(config)
+    target = _target(feed)
     did = current_account().did
     app = current_app._get_current_object()
     # Signing in already started this; a page view only restarts one that failed and is due again.
     backfill.maybe_start(app, config, feed, did)
-    raw_limit = request.args.get("limit")
-    limit = timeline.page_size(raw_limit)
+    limit = timeline.page_size(request.args.get("limit"))
     cursor = request.args.get("cursor") or None
-    entries, older, top = timeline.read(app, config, feed, did, cursor, limit)
-    keep = {"feed": feed.name if len(config.feeds) > 1 or request.args.get("feed") else None,
-            "limit": raw_limit and str(limit)}
+    entries, older, top = timeline.read(app, config, feed, did, cursor, limit, target=target)
+    keep = _keep(config, feed, target)
     return {
-        "feed": feed, "feeds": list(config.feeds), "entries": entries, "cursor": cursor,
+        "feed": feed, "feeds": list(config.feeds), "entries": entries, "cursor": cursor, "target": target,
+        "target_urls": [(t.short, _url("timeline.page", **{**keep, "collection": None if i == 0 else t.short}))
+                        for i, t in enumerate(feed.targets)] if len(feed.targets) > 1 else [],
         "filling": timeline.filling(config, feed, did),
         "older_url": _url("timeline.page", cursor=older, **keep) if older else None,
         "more_url": _url("timeline.more", cursor=older, **keep) if older else None,
@@ -87,6 +107,7 @@ def new():
     """The "N new posts" notice: a link to the newest page, or nothing (htmx polls it)."""
     config = _config()
     feed = _feed(config)
-    count = timeline.newer_count(config, feed, current_account().did, request.args.get("top"))
-    keep = {"feed": request.args.get("feed"), "limit": request.args.get("limit")}
+    target = _target(feed)
+    count = timeline.newer_count(config, feed, current_account().did, request.args.get("top"), target)
+    keep = _keep(config, feed, target)
     return render_template("timeline/_new.html", count=count, page_url=_url("timeline.page", **keep))
