@@ -10,17 +10,26 @@ Knobs (plain attributes, change them between calls):
   endless        True: every relay page is one fresh DID plus a cursor (for the page cap)
   slow_dids      {did: seconds} the PDS sleeps before answering listRecords for that DID
   failing_dids   {did: status}  the PDS answers that DID with an error
-Every request is recorded in `requests` as (path, query dict, headers dict).
+  plc_upstream   a real PLC directory's URL: the PLC role forwards every DID document request there
+                 (unchanged, so the real PDS named in it is what a reader talks to) instead of serving
+                 its own documents; for whole-process tests against the reference PDS
+  hold_dids      {did}: a forwarded DID document request for that DID waits until release_holds()
+                 (or HOLD_CAP_SECS): keeps a rebuild busy mid-way for as long as a test needs
+Every request is recorded in `requests` as (path, query dict, headers dict), and its arrival index
+in `times` (monotonic seconds), so a test can ask what was requested after a moment.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 COLLECTION = "community.lexicon.rss.subscription"
+HOLD_CAP_SECS = 120.0
 
 
 class FakeNetwork:
@@ -34,6 +43,10 @@ class FakeNetwork:
         self.slow_dids: dict[str, float] = {}
         self.failing_dids: dict[str, int] = {}
         self.requests: list[tuple[str, dict, dict]] = []
+        self.times: list[float] = []
+        self.plc_upstream: str | None = None
+        self.hold_dids: set[str] = set()
+        self._released = threading.Event()
         self._relay_page = 0
         outer = self
 
@@ -47,14 +60,18 @@ class FakeNetwork:
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 outer.requests.append((parts.path, query, dict(self.headers.items())))
+                outer.times.append(time.monotonic())
                 status, headers, body = outer.route(unquote(parts.path), query)
                 payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                for k, v in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(status)
+                    for k, v in {"Content-Type": "application/json", **headers}.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client went away (a killed service): nothing to answer
+                    self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -77,7 +94,18 @@ class FakeNetwork:
     def record_calls(self, did: str | None = None) -> list[tuple[str, dict, dict]]:
         return [r for r in self.requests if r[0].endswith("listRecords") and (did is None or r[1].get("repo") == did)]
 
+    def did_doc_calls(self, did: str | None = None, since: float = 0.0) -> list[str]:
+        """The DIDs whose documents were requested (in order, repeats kept), at or after `since`."""
+        times = list(self.times)  # first: every request it counts is already in `requests`
+        return [r[0][1:] for r, t in zip(list(self.requests), times)
+                if r[0].startswith("/did:") and t >= since and (did is None or r[0][1:] == did)]
+
+    def release_holds(self) -> None:
+        self.hold_dids = set()
+        self._released.set()
+
     def close(self) -> None:
+        self.release_holds()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -87,6 +115,8 @@ class FakeNetwork:
             return self._relay(query)
         if path == "/xrpc/com.atproto.repo.listRecords":
             return self._list_records(query)
+        if path.startswith("/did:") and self.plc_upstream:
+            return self._forward_did_doc(path[1:])
         if path.startswith("/did:"):
             did = path[1:]
             if did not in self.records:
@@ -96,6 +126,15 @@ class FakeNetwork:
                              "service": [{"id": "#atproto_pds", "type": "AtprotoPersonalDataServer",
                                           "serviceEndpoint": endpoint}]}
         return 404, {}, {"error": "NotFound"}
+
+    def _forward_did_doc(self, did: str):
+        if did in self.hold_dids:
+            self._released.wait(HOLD_CAP_SECS)
+        try:
+            with urllib.request.urlopen(f"{self.plc_upstream.rstrip('/')}/{quote(did, safe=':')}", timeout=30) as r:
+                return r.status, {}, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, {}, exc.read()
 
     def _relay(self, query: dict):
         self._relay_page += 1
