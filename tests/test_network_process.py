@@ -23,10 +23,14 @@ Steps:
      cursor it asks for, so the create+delete is replayed), the rebuild resumes where it stopped:
      no new enumeration, E is not read again, Y is never asked for.
   4. X opts out at the same moment as new records (X's among them) flow in, and so does U; after
-     X's opt-out X writes again. The confirmations for X (indexed) and U (never indexed) must be
-     the same bytes.
+     X's opt-out X writes again, to the feed that sits exactly on the floor; N2 moves a record to
+     another feed (an update). The confirmations for X (indexed) and U (never indexed) must be the
+     same bytes; an unresolvable handle gets the one "could not be found" sentence.
   5. N1 signs in: /network/me lists N1's records straight off the PDS, the secret one flagged; the
-     operator page says the rebuild is done over all eight accounts.
+     operator page says the rebuild is done over all eight accounts. N1 asks to be named (the form,
+     with its token) and is named by handle; N1 then changes handle on the PDS, and once the
+     #identity event is in, /network never shows the old handle again (the DID, or the new handle
+     once re-verified).
   6. The fake Jetstream drops every connection; the stream reconnects with an overlap; a later
      record marks the replay as applied.
   7. Exact end state: /network's two lists and counts, the count API for every feed, the number of
