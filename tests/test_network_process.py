@@ -5,37 +5,40 @@ without JavaScript, a script or a person does.
 
 World (real `community.lexicon.rss.subscription` records in the reference PDS; k = 3):
   - eight accounts with records before the service starts, listed by a fake relay
-    (listReposByCollection); the fake also stands in front of the reference PLC, forwarding every
+    (listReposByCollection). The fake also stands in front of the reference PLC, forwarding every
     DID document request unchanged, so the rebuild reads the real PDS and the test sees which DIDs
-    it reached. Sorted by DID they play E, X, H1, H2, P4, P5, P6, Y: the rebuild takes DIDs in that
-    order two at a time, and the fake holds H1's and H2's documents, which parks it mid-way with E
-    and X done;
-  - three accounts (N1..N3) whose records only ever arrive through the stream, and U, an account
-    with no records at all;
+    it reached; for H1 it also stands in front of the PDS. Sorted by DID the eight play E, X, H1,
+    H2, P4, P5, P6, Y: the rebuild takes DIDs in that order, two at a time;
+  - three accounts (N1..N3) whose records only ever arrive through the stream (N1 is the operator),
+    and U, an account with no records at all;
   - feeds above the floor, at it (exactly 3), below it (2 accounts, 3 records), and one
     secret-bearing URL held by four accounts that must never be indexed.
 
 Steps:
-  1. The service boots with an empty catalogue and starts a rebuild; it parks on H1/H2.
-  2. Mid-rebuild: new subscriptions, a deleted one and a create+delete flow through the stream while
-     Y (not yet reached) opts out anonymously through the form, with its CSRF token.
-  3. kill -9, restart: the stream resumes from its saved cursor minus the overlap (asserted from the
-     cursor it asks for, so the create+delete is replayed), the rebuild resumes where it stopped:
-     no new enumeration, E is not read again, Y is never asked for.
+  1. The service boots with an empty catalogue and starts a rebuild. With E and X done it parks:
+     the fake has read H1's records off the PDS and holds the answer, and holds H2's DID document.
+  2. H1 deletes a record its held listing still names, and Y (not reached yet) opts out through
+     the form as a browser without JavaScript does (session cookie, CSRF token). The listing is
+     let through: the catalogue, exactly, once the rebuild has done all but H2 (the delete won, Y
+     skipped without a request for its DID document).
+  3. More live writes mid-rebuild: subscriptions, a delete, a create+delete last. kill -9, restart:
+     the stream resumes from its saved cursor minus the overlap (asserted from the cursor it asks
+     for, so the create+delete is replayed), the rebuild resumes where it stopped: no new
+     enumeration, no DID read again, H2 read.
   4. X opts out at the same moment as new records (X's among them) flow in, and so does U; after
      X's opt-out X writes again, to the feed that sits exactly on the floor; N2 moves a record to
      another feed (an update). The confirmations for X (indexed) and U (never indexed) must be the
      same bytes; an unresolvable handle gets the one "could not be found" sentence.
-  5. N1 signs in: /network/me lists N1's records straight off the PDS, the secret one flagged; the
-     operator page says the rebuild is done over all eight accounts. N1 asks to be named (the form,
-     with its token) and is named by handle; N1 then changes handle on the PDS, and once the
-     #identity event is in, /network never shows the old handle again (the DID, or the new handle
-     once re-verified).
+  5. N1 (signed in before the kill; the session survives it): /network/me lists N1's records
+     straight off the PDS, the secret one flagged; the operator page says the rebuild is done over
+     all eight accounts. N1 asks to be named (the form, with its token) and is named by handle;
+     N1 then changes handle on the PDS, and once the #identity event is in, /network never shows
+     the old handle again (the DID, or the new handle once re-verified).
   6. The fake Jetstream drops every connection; the stream reconnects with an overlap; a later
      record marks the replay as applied.
-  7. Exact end state: /network's two lists and counts, the count API for every feed, the number of
-     indexed rows, the secret absent everywhere; /network the same bytes signed in and out, and it
-     and the count API the only public-cacheable responses.
+  7. Exact end state: /network's two lists, counts and names, the count API for every feed, the
+     number of indexed rows, the secret absent everywhere; /network the same bytes signed in and
+     out, and it and the count API the only public-cacheable responses.
 
 Timing is printed (`-s` shows it); nothing asserts on time.
 """
@@ -105,6 +108,13 @@ class Model:
 
     def remove(self, did: str, rkey: str) -> None:
         del self.records[(did, rkey)]
+
+    def without(self, dids: set[str]) -> Model:
+        """What the catalogue holds while the rebuild has not reached `dids` yet."""
+        part = Model(self.feeds, self.secret)
+        part.records = {key: url for key, url in self.records.items() if key[0] not in dids}
+        part.opted_out, part.names = set(self.opted_out), dict(self.names)
+        return part
 
     def rows(self) -> int:
         return sum(1 for (did, _), url in self.records.items() if did not in self.opted_out and url != self.secret)
@@ -252,7 +262,7 @@ def test_network_catalogue_kill9_mid_rebuild_optouts_and_replay_whole_process(pd
         print(f"[{time.monotonic() - t0:6.1f} s] {label}", flush=True)
 
     net = FakeNetwork()
-    net.plc_upstream = pds.plc_url
+    net.plc_upstream, net.pds_upstream = pds.plc_url, pds.pds_url
     world = build_world(pds, net, mark)
     with FakeJetstream() as js:
         tap = Tap(js)
@@ -343,24 +353,48 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
         model.remove(did[role], rkey)
         return tap.time_of(did[role], COLLECTION, rkey, "delete")
 
-    # 1. Boot; the first rebuild parks on H1 and H2 with E and X done.
-    net.hold_dids = {did["H1"], did["H2"]}
+    # 1. Boot; the first rebuild parks with E and X done: the fake has H1's records in hand (read
+    # from the PDS when asked) and holds the answer; it holds H2's DID document.
+    net.proxied.add(did["H1"])
+    net.hold("records", did["H1"])
+    net.hold("doc", did["H2"])
     svc.start()
     mark(f"service up on {svc.url}; /health: {svc.health().get('status')}")
-    _wait(lambda: net.did_doc_calls(did["H1"]) and net.did_doc_calls(did["H2"]), 60,
+    _wait(lambda: net.record_calls_since(did["H1"]) and net.did_doc_calls(did["H2"]), 60,
           lambda: f"the rebuild to reach H1 and H2 (DID documents asked for: {net.did_doc_calls()})")
     asked = net.did_doc_calls()
     assert len(net.relay_calls()) == 1, f"one enumeration: {net.relay_calls()}"
     assert asked in ([did[r] for r in ("E", "X", "H1", "H2")], [did[r] for r in ("E", "X", "H2", "H1")]), \
         f"the rebuild's first DIDs, in order: {asked}"
-    mark("the rebuild is mid-way: E and X read, H1 and H2 held by the fake PLC")
+    n1 = Person(svc, acct["N1"], "N1")  # the operator, who also reads their own records later
+    n1.sign_in(world["password"])
+    mark("the rebuild is mid-way: E and X read, H1's listing held, H2's DID document held; N1 signed in")
 
-    # 2. Mid-rebuild, live: subscriptions, a delete, Y's anonymous opt-out; the create+delete last.
-    jobs = [gevent.spawn(subscribe, r, "new") for r in ("N1", "N2", "E")] + [gevent.spawn(opt_out, svc, acct["Y"].handle)]
+    # 2. While H1's listing is in flight, H1 deletes a record it lists and Y (not reached yet) opts
+    # out anonymously. Then H1's stale listing is let through: the delete must win.
+    jobs = [gevent.spawn(unsubscribe, "H1", rkeys[("H1", "top")]), gevent.spawn(opt_out, svc, acct["Y"].handle)]
     gevent.joinall(jobs, raise_error=True)
-    opted_out_ok(jobs[-1].value, "Y")
+    opted_out_ok(jobs[1].value, "Y")
     model.opted_out.add(did["Y"])
-    waits = [j.value[2] for j in jobs[:3]]
+    wait_applied(svc, jobs[0].value, "H1's delete")
+    net.release("records", did["H1"])
+    figures = {}
+
+    def only_h2_left() -> bool:
+        figures.update(admin_figures(n1))
+        return figures["rebuild"] == f"running: {len(ROLES) - 1} of {len(ROLES)} accounts, 0 failed"
+    _wait(only_h2_left, SETTLE_TIMEOUT, lambda: f"the rebuild to read all but H2: {figures}")
+    part = model.without({did["H2"]})
+    problems = catalogue_problems(svc, part)
+    if figures["rows"] != part.rows():
+        problems.append(f"the catalogue holds {figures['rows']} rows, the model {part.rows()}")
+    assert not problems, "mid-rebuild, after H1's stale listing:\n" + "\n".join(problems)
+    mark(f"mid-rebuild state exact ({figures}): H1's deleted record stayed deleted, Y skipped")
+
+    # 3. More live writes mid-rebuild: subscriptions, a delete, a create+delete last.
+    jobs = [gevent.spawn(subscribe, r, "new") for r in ("N1", "N2", "E")]
+    gevent.joinall(jobs, raise_error=True)
+    waits = [j.value[2] for j in jobs]
     waits.append(subscribe("N1", "secret")[2])
     waits.append(unsubscribe("P6", rkeys[("P6", "gone")]))
     waits += [subscribe(r, "blink")[2] for r in ("E", "P5")]
@@ -370,11 +404,11 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
     blink_at = tap.time_of(did["P4"], COLLECTION, blink_rkey, "create")
     unblink_at = tap.time_of(did["P4"], COLLECTION, blink_rkey, "delete")
     wait_applied(svc, max(waits + [unblink_at]), "the live writes before the kill")
-    mark(f"live writes applied mid-rebuild (Y opted out; P4's blink created and deleted "
-         f"{(unblink_at - blink_at) / 1e3:.0f} ms apart)")
+    mark(f"live writes applied mid-rebuild (P4's blink created and deleted {(unblink_at - blink_at) / 1e3:.0f} ms "
+         f"apart)")
 
-    # 3. kill -9 mid-rebuild; restart. The stream replays (cursor at or before P4's blink create);
-    # the rebuild resumes where it stopped.
+    # kill -9 with H2 still held; restart. The stream replays (its cursor at or before P4's blink
+    # create); the rebuild resumes where it stopped.
     before = set(js.stats()["last_filter"])
     svc.kill9()
     net.release_holds()
@@ -411,9 +445,8 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
     wait_applied(svc, max(waits), "the writes around the opt-outs")
     mark("X and U opted out while subscriptions flowed in; X wrote again afterwards; N2 moved a record")
 
-    # 5. N1 signs in: their records off the PDS, and the operator's view of the rebuild.
-    n1 = Person(svc, acct["N1"], "N1")
-    n1.sign_in(world["password"])
+    # 5. N1 (still signed in: the session outlives the restart): their records off the PDS, and
+    # the operator's view of the rebuild.
     me = n1.get("/network/me")
     assert me.status_code == 200, (me.status_code, me.text[:300])
     mine = {(url, bool(flag)) for url, flag in ME_ITEM.findall(me.text)}
@@ -425,7 +458,7 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
         figures.update(admin_figures(n1))
         return figures["rebuild"] == f"done: {len(ROLES)} of {len(ROLES)} accounts, 0 failed"
     _wait(rebuilt, SETTLE_TIMEOUT, lambda: f"the rebuild to finish: {figures}")
-    mark(f"N1 signed in; /network/me lists their {len(mine)} records; operator page: {figures}")
+    mark(f"/network/me lists N1's {len(mine)} records; operator page: {figures}")
 
     # N1 asks to be named, then changes handle: the old handle must never be shown again.
     form = n1.get("/network/attribution")
@@ -447,10 +480,11 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
     mark(f"N1 named as {old_handle} once attributed; after the handle change no longer: "
          f"{page_lists(requests.get(svc.url + '/network', timeout=30).text)[2]}")
     since = net.did_doc_calls(since=restarted)
-    for role in ("H1", "H2", "P4", "P5", "P6"):
-        assert did[role] in since, f"the resumed rebuild never read {role}: {since}"
-    assert did["E"] not in since, f"the rebuild started over after the restart: it read E again ({since})"
-    assert did["Y"] not in since, "the rebuild asked for Y's DID document although Y opted out"
+    assert did["H2"] in since, f"the resumed rebuild never read H2: {since}"
+    for role in ("E", "H1", "P4"):
+        assert did[role] not in since, f"the rebuild started over after the restart: it read {role} again ({since})"
+    assert net.did_doc_calls(did["Y"]) == [did["Y"]], \
+        "Y's DID document was asked for again after its opt-out resolved it: the rebuild did not skip Y first"
     assert len(net.relay_calls()) == 1, f"the relay was enumerated again after the restart: {net.relay_calls()}"
 
     # 6. The fake Jetstream drops every connection: reconnect with an overlap, then a later record.

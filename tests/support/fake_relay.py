@@ -11,10 +11,14 @@ Knobs (plain attributes, change them between calls):
   slow_dids      {did: seconds} the PDS sleeps before answering listRecords for that DID
   failing_dids   {did: status}  the PDS answers that DID with an error
   plc_upstream   a real PLC directory's URL: the PLC role forwards every DID document request there
-                 (unchanged, so the real PDS named in it is what a reader talks to) instead of serving
-                 its own documents; for whole-process tests against the reference PDS
-  hold_dids      {did}: a forwarded DID document request for that DID waits until release_holds()
-                 (or HOLD_CAP_SECS): keeps a rebuild busy mid-way for as long as a test needs
+                 instead of serving its own documents (for whole-process tests against the reference
+                 PDS); the document comes back unchanged, so the real PDS is what a reader talks to...
+  pds_upstream   ...except for the DIDs in `proxied`: their documents name this server as their PDS,
+                 which forwards listRecords for them to this real PDS
+  hold(kind, did) a forwarded request waits until release(kind, did) / release_holds() (or
+                 HOLD_CAP_SECS): kind "doc" holds the DID document request; kind "records" fetches
+                 listRecords from pds_upstream at once and holds the answer, so the reader gets the
+                 records as they were when it asked (a rebuild racing a live delete)
 Every request is recorded in `requests` as (path, query dict, headers dict), and its arrival index
 in `times` (monotonic seconds), so a test can ask what was requested after a moment.
 """
@@ -26,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 COLLECTION = "community.lexicon.rss.subscription"
 HOLD_CAP_SECS = 120.0
@@ -45,8 +49,9 @@ class FakeNetwork:
         self.requests: list[tuple[str, dict, dict]] = []
         self.times: list[float] = []
         self.plc_upstream: str | None = None
-        self.hold_dids: set[str] = set()
-        self._released = threading.Event()
+        self.pds_upstream: str | None = None
+        self.proxied: set[str] = set()
+        self._holds: dict[tuple[str, str], threading.Event] = {}
         self._relay_page = 0
         outer = self
 
@@ -100,9 +105,27 @@ class FakeNetwork:
         return [r[0][1:] for r, t in zip(list(self.requests), times)
                 if r[0].startswith("/did:") and t >= since and (did is None or r[0][1:] == did)]
 
+    def record_calls_since(self, did: str, since: float = 0.0) -> int:
+        times = list(self.times)
+        return sum(1 for r, t in zip(list(self.requests), times)
+                   if r[0].endswith("listRecords") and r[1].get("repo") == did and t >= since)
+
+    def hold(self, kind: str, did: str) -> None:
+        self._holds[(kind, did)] = threading.Event()
+
+    def release(self, kind: str, did: str) -> None:
+        found = self._holds.pop((kind, did), None)
+        if found is not None:
+            found.set()
+
     def release_holds(self) -> None:
-        self.hold_dids = set()
-        self._released.set()
+        for key in list(self._holds):
+            self.release(*key)
+
+    def _wait_hold(self, kind: str, did: str) -> None:
+        found = self._holds.get((kind, did))
+        if found is not None:
+            found.wait(HOLD_CAP_SECS)
 
     def close(self) -> None:
         self.release_holds()
@@ -114,6 +137,8 @@ class FakeNetwork:
         if path == "/xrpc/com.atproto.sync.listReposByCollection":
             return self._relay(query)
         if path == "/xrpc/com.atproto.repo.listRecords":
+            if self.pds_upstream and query.get("repo") in self.proxied:
+                return self._forward_records(query)
             return self._list_records(query)
         if path.startswith("/did:") and self.plc_upstream:
             return self._forward_did_doc(path[1:])
@@ -128,13 +153,20 @@ class FakeNetwork:
         return 404, {}, {"error": "NotFound"}
 
     def _forward_did_doc(self, did: str):
-        if did in self.hold_dids:
-            self._released.wait(HOLD_CAP_SECS)
-        try:
-            with urllib.request.urlopen(f"{self.plc_upstream.rstrip('/')}/{quote(did, safe=':')}", timeout=30) as r:
-                return r.status, {}, r.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, {}, exc.read()
+        self._wait_hold("doc", did)
+        status, body = _get(f"{self.plc_upstream.rstrip('/')}/{quote(did, safe=':')}")
+        if status == 200 and did in self.proxied:
+            doc = json.loads(body)
+            for service in doc.get("service", []):
+                if service.get("id", "").endswith("#atproto_pds"):
+                    service["serviceEndpoint"] = self.url
+            body = json.dumps(doc).encode()
+        return status, {}, body
+
+    def _forward_records(self, query: dict):
+        status, body = _get(f"{self.pds_upstream.rstrip('/')}/xrpc/com.atproto.repo.listRecords?{urlencode(query)}")
+        self._wait_hold("records", query.get("repo", ""))
+        return status, {}, body
 
     def _relay(self, query: dict):
         self._relay_page += 1
@@ -169,6 +201,14 @@ class FakeNetwork:
         if start + limit < len(self.records[did]):
             body["cursor"] = str(start + limit)
         return 200, {}, body
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def subscription(url: str, created: str = "2026-01-02T03:04:05.000Z", **extra) -> dict:
