@@ -10,17 +10,30 @@ Knobs (plain attributes, change them between calls):
   endless        True: every relay page is one fresh DID plus a cursor (for the page cap)
   slow_dids      {did: seconds} the PDS sleeps before answering listRecords for that DID
   failing_dids   {did: status}  the PDS answers that DID with an error
-Every request is recorded in `requests` as (path, query dict, headers dict).
+  plc_upstream   a real PLC directory's URL: the PLC role forwards every DID document request there
+                 instead of serving its own documents (for whole-process tests against the reference
+                 PDS); the document comes back unchanged, so the real PDS is what a reader talks to...
+  pds_upstream   ...except for the DIDs in `proxied`: their documents name this server as their PDS,
+                 which forwards listRecords for them to this real PDS
+  hold(kind, did) a forwarded request waits until release(kind, did) / release_holds() (or
+                 HOLD_CAP_SECS): kind "doc" holds the DID document request; kind "records" fetches
+                 listRecords from pds_upstream at once and holds the answer, so the reader gets the
+                 records as they were when it asked (a rebuild racing a live delete)
+Every request is recorded in `requests` as (path, query dict, headers dict), and its arrival index
+in `times` (monotonic seconds), so a test can ask what was requested after a moment.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 COLLECTION = "community.lexicon.rss.subscription"
+HOLD_CAP_SECS = 120.0
 
 
 class FakeNetwork:
@@ -34,6 +47,11 @@ class FakeNetwork:
         self.slow_dids: dict[str, float] = {}
         self.failing_dids: dict[str, int] = {}
         self.requests: list[tuple[str, dict, dict]] = []
+        self.times: list[float] = []
+        self.plc_upstream: str | None = None
+        self.pds_upstream: str | None = None
+        self.proxied: set[str] = set()
+        self._holds: dict[tuple[str, str], threading.Event] = {}
         self._relay_page = 0
         outer = self
 
@@ -47,14 +65,18 @@ class FakeNetwork:
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 outer.requests.append((parts.path, query, dict(self.headers.items())))
+                outer.times.append(time.monotonic())
                 status, headers, body = outer.route(unquote(parts.path), query)
                 payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                for k, v in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(status)
+                    for k, v in {"Content-Type": "application/json", **headers}.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client went away (a killed service): nothing to answer
+                    self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -77,7 +99,36 @@ class FakeNetwork:
     def record_calls(self, did: str | None = None) -> list[tuple[str, dict, dict]]:
         return [r for r in self.requests if r[0].endswith("listRecords") and (did is None or r[1].get("repo") == did)]
 
+    def did_doc_calls(self, did: str | None = None, since: float = 0.0) -> list[str]:
+        """The DIDs whose documents were requested (in order, repeats kept), at or after `since`."""
+        times = list(self.times)  # first: every request it counts is already in `requests`
+        return [r[0][1:] for r, t in zip(list(self.requests), times)
+                if r[0].startswith("/did:") and t >= since and (did is None or r[0][1:] == did)]
+
+    def record_calls_since(self, did: str, since: float = 0.0) -> int:
+        times = list(self.times)
+        return sum(1 for r, t in zip(list(self.requests), times)
+                   if r[0].endswith("listRecords") and r[1].get("repo") == did and t >= since)
+
+    def hold(self, kind: str, did: str) -> None:
+        self._holds[(kind, did)] = threading.Event()
+
+    def release(self, kind: str, did: str) -> None:
+        found = self._holds.pop((kind, did), None)
+        if found is not None:
+            found.set()
+
+    def release_holds(self) -> None:
+        for key in list(self._holds):
+            self.release(*key)
+
+    def _wait_hold(self, kind: str, did: str) -> None:
+        found = self._holds.get((kind, did))
+        if found is not None:
+            found.wait(HOLD_CAP_SECS)
+
     def close(self) -> None:
+        self.release_holds()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -86,7 +137,11 @@ class FakeNetwork:
         if path == "/xrpc/com.atproto.sync.listReposByCollection":
             return self._relay(query)
         if path == "/xrpc/com.atproto.repo.listRecords":
+            if self.pds_upstream and query.get("repo") in self.proxied:
+                return self._forward_records(query)
             return self._list_records(query)
+        if path.startswith("/did:") and self.plc_upstream:
+            return self._forward_did_doc(path[1:])
         if path.startswith("/did:"):
             did = path[1:]
             if did not in self.records:
@@ -96,6 +151,22 @@ class FakeNetwork:
                              "service": [{"id": "#atproto_pds", "type": "AtprotoPersonalDataServer",
                                           "serviceEndpoint": endpoint}]}
         return 404, {}, {"error": "NotFound"}
+
+    def _forward_did_doc(self, did: str):
+        self._wait_hold("doc", did)
+        status, body = _get(f"{self.plc_upstream.rstrip('/')}/{quote(did, safe=':')}")
+        if status == 200 and did in self.proxied:
+            doc = json.loads(body)
+            for service in doc.get("service", []):
+                if service.get("id", "").endswith("#atproto_pds"):
+                    service["serviceEndpoint"] = self.url
+            body = json.dumps(doc).encode()
+        return status, {}, body
+
+    def _forward_records(self, query: dict):
+        status, body = _get(f"{self.pds_upstream.rstrip('/')}/xrpc/com.atproto.repo.listRecords?{urlencode(query)}")
+        self._wait_hold("records", query.get("repo", ""))
+        return status, {}, body
 
     def _relay(self, query: dict):
         self._relay_page += 1
@@ -130,6 +201,14 @@ class FakeNetwork:
         if start + limit < len(self.records[did]):
             body["cursor"] = str(start + limit)
         return 200, {}, body
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def subscription(url: str, created: str = "2026-01-02T03:04:05.000Z", **extra) -> dict:
