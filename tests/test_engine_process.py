@@ -21,9 +21,9 @@ Steps:
   5. The fake drops every connection: the consumer reconnects asking for exactly last − 5 s, takes
      the overlap again, and the end state is still exact. The access log (stdout) has exactly one
      line per marked request, with its status.
-  6. Service B starts beside A (its own database; the same HOME and XDG_RUNTIME_DIR, where gunicorn's
-     default control socket would collide) with only the unreachable host and a job whose peer is
-     down: both answer; B's /health is degraded naming the stream that never connected and the
+  6. Service B, started at the same moment as A and running beside it all along (its own database;
+     the same HOME and XDG_RUNTIME_DIR, where gunicorn's default control socket would collide), has
+     only the unreachable host and a job whose peer is down: both answer; B's /health is degraded naming the stream that never connected and the
      failing job, and B's /admin shows both to its operator; A is still ok. No control socket file.
 
 Timing and counts are printed (`-s` shows them); nothing asserts on time.
@@ -338,6 +338,10 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
         svc.gunicorn_args())), (makefile, procfile, svc.gunicorn_args())
 
     # 1. Start with the unreachable host first: /health until ok, remembering what it said on the way.
+    # B (step 6) boots at the same moment, beside A on the same machine, and runs to the end.
+    b_started: list[BaseException | None] = []
+    boot_b = threading.Thread(target=lambda: b_started.append(start_quietly(svc_b)), daemon=True)
+    boot_b.start()
     svc.start()
     seen: list[str] = []
 
@@ -445,17 +449,18 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
     mark(f"access log: one line per request ({len(statuses)} marked requests)")
 
     # 6. A second instance beside the first: an unreachable Jetstream and a job whose peer is down.
-    svc_b.start()
-    mark(f"service B up beside A ({svc_b.url} and {svc.url})")
+    boot_b.join(120)
+    assert b_started == [None], f"service B did not start beside A: {b_started}"
+    mark(f"service B has been up beside A since the start ({svc_b.url} and {svc.url})")
     job = peer_job_feature.JOB_ID
     reasons_b: list[str] = []
 
     def b_degraded() -> bool:
         reasons_b[:] = svc_b.health()["reasons"]
-        return (any(r.startswith(f"stream {STREAM} has not connected to Jetstream (last error: connect to {dead}")
-                    for r in reasons_b)
-                and any(re.match(rf"job {job} failed its last \d+ runs \(last error: ConnectionError", r)
-                        for r in reasons_b))
+        stream_reason = f"stream {STREAM} has not connected to Jetstream (last error: connect to {dead}"
+        job_reason = re.compile(rf"job {job} failed its last \d+ runs \(last error: ConnectionError")
+        return (len(reasons_b) == 2 and any(r.startswith(stream_reason) for r in reasons_b)
+                and any(job_reason.match(r) for r in reasons_b))
     _wait(b_degraded, 60, lambda: f"B's /health to name the stream and the job: {reasons_b}", interval=0.25)
     hb = svc_b.health()
     mark(f"B degraded: {hb['reasons']}")
@@ -479,6 +484,14 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
     for s in (svc, svc_b):
         assert "control socket" not in s.log_text().lower(), error_lines(s)
     mark("B's /health and /admin name the stream and the job; A still ok; no control socket")
+
+
+def start_quietly(svc: ServiceProcess) -> BaseException | None:
+    try:
+        svc.start()
+    except Exception as exc:  # noqa: BLE001 (reported by the main thread)
+        return exc
+    return None
 
 
 def access_lines(svc: ServiceProcess, path: str, status: int) -> int:
