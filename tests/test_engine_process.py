@@ -15,9 +15,9 @@ Steps:
      the restarted consumer must ask the fake for exactly that cursor − 5 s. The burst ends; /health's
      cursor reaches the last event; every post is exactly as the events left it (listRecords, all
      pages: no event lost, none twice).
-  4. A tail of 600 events (a batch of 500 and one of 100 right behind it, which the once-a-second
-     rule does not save): once the stream is quiet, the saved cursor and /health's are the last
-     event's time exactly.
+  4. A tail of 1,000 events in one append: two full batches of 500, the second applied within a
+     second of the first one's save, so the once-a-second rule does not save it: once the stream is
+     quiet, the saved cursor (read from the database) and /health's are the last event's exactly.
   5. The fake drops every connection: the consumer reconnects asking for exactly last − 5 s, takes
      the overlap again, and the end state is still exact. The access log (stdout) has exactly one
      line per marked request, with its status.
@@ -64,7 +64,7 @@ OVERLAP_US = 5_000_000  # the replay rewind on time-cursor hosts
 POSTS, AUTHORS, CHUNK = 3000, 6, 100
 LATER = 300  # post j is edited (j % 10 == 0) or deleted (j % 15 == 7) when post j + LATER is created
 KILL_AFTER_CHUNKS = 8
-TAIL = 600  # > BATCH_EVENTS: two batches back to back
+TAIL = 1000  # two full batches back to back: the second comes within a second of the first one's save
 APPLY_TIMEOUT = 120.0
 
 
