@@ -157,7 +157,7 @@ class ServiceProcess:
 
     # --- observation
     def health(self) -> dict:
-        r = requests.get(self.url + "/health", timeout=5)
+        r = requests.get(self.url + "/health", timeout=30)  # a busy 2-core machine: slow is not down
         r.raise_for_status()
         return r.json()
 
