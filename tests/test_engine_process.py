@@ -7,7 +7,7 @@ Steps:
   1. Service A starts with FEATHERREADER_JETSTREAM_HOSTS = an unreachable host, then the fake. It
      fails over: /health ends `ok` with the stream connected to the fake and the unreachable host's
      connect error as its last error (whether the short `degraded` moment before is caught is only
-     printed; step 6 shows that state for good).
+     printed; step 6 shows that state for good). The idle sync shard is never named.
   2. A burst of ~3,500 post events (creates, then edits and deletes of earlier posts) goes into the
      fake in paced chunks while two operators (FEATHERREADER_ADMIN_DIDS, signed in with app passwords)
      load /admin and its htmx part over and over, and a signed-in non-operator gets 403 on both.
@@ -361,6 +361,9 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
         stream
     assert stream["last_error"].startswith(f"connect to {dead} failed"), stream
     assert h["reasons"] == [] and h["database"]["ok"], h
+    # The sync shard has no account to follow: idle by design, never "not connected" (a publish
+    # before its first membership query once said so on PostgreSQL).
+    assert not any("sync:0" in said for said in seen), seen
 
     # 2. The burst, with operators on /admin and a non-operator refused.
     people = [Person(svc, acct, label) for acct, label in zip(accts, ("operator A", "operator B", "viewer"))]
