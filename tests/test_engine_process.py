@@ -18,8 +18,9 @@ Steps:
   4. A tail of 1,000 events in one append: two full batches of 500, the second applied within a
      second of the first one's save, so the once-a-second rule does not save it: once the stream is
      quiet, the saved cursor (read from the database) and /health's are the last event's exactly.
-  5. The fake drops every connection: the consumer reconnects asking for exactly last − 5 s, takes
-     the overlap again, and the end state is still exact. The access log (stdout) has exactly one
+  5. The fake drops every connection: the consumer reconnects asking for exactly last − 5 s (after
+     the first backoff step, as its log says: the connection had delivered events), takes the
+     overlap again, and the end state is still exact. The access log (stdout) has exactly one
      line per marked request, with its status.
   6. Service B, started at the same moment as A and running beside it all along (its own database;
      the same HOME and XDG_RUNTIME_DIR, where gunicorn's default control socket would collide), has
@@ -42,6 +43,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from feather.supervisor import BACKOFF_MIN, JITTER
 from tests.support import peer_job_feature
 from tests.support.fake_jetstream import FakeJetstream, make_commit
 from tests.support.jetstream_wire import iso_now
@@ -428,12 +430,17 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
     assert stream["lag_secs"] is not None and stream["events_per_sec"] > 0, stream
 
     # 5. Every connection dropped: reconnect from exactly last − 5 s, the overlap again, still exact.
-    before = js.stats()["connects_total"]
+    before, log_at = js.stats()["connects_total"], len(svc.log_text())
     dropped = js.drop()
     conn = new_connection(js, before)
-    mark(f"the fake dropped {dropped} connection(s); the stream reconnected with cursor {conn['cursor']}")
+    delay = reconnect_delay(svc, log_at)
+    mark(f"the fake dropped {dropped} connection(s); the stream reconnected with cursor {conn['cursor']} "
+         f"(the service said it would wait {delay} s)")
     assert dropped == 1, f"one connection (the feeds stream) was expected, {dropped} dropped"
     assert conn["cursor"] == tail_last - OVERLAP_US, (conn["cursor"], tail_last)
+    # The dropped connection delivered events, so the backoff started over: the first step (1 s
+    # ± 25 %), not the second (2 s ± 25 %) that this process's failed first connect had reached.
+    assert delay <= round(BACKOFF_MIN * (1 + JITTER), 1), f"the backoff was not reset: {delay} s"
     marker = make_commit(tail_author, POST, "marker", "create", record=post("after the replay"))
     marker_at = js.append([marker])
     expected[at_uri(tail_author, "marker")] = "after the replay"
@@ -488,6 +495,18 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
     for s in (svc, svc_b):
         assert "control socket" not in s.log_text().lower(), error_lines(s)
     mark("B's /health and /admin name the stream and the job; A still ok; no control socket")
+
+
+def reconnect_delay(svc: ServiceProcess, log_at: int) -> float:
+    """The delay the service chose after its stream was disconnected, from its log past log_at."""
+    said = re.compile(rf"jetstream {re.escape(STREAM)}: disconnected \(.*\); reconnecting in ([0-9.]+)s")
+    found: list[str] = []
+
+    def logged() -> bool:
+        found[:] = said.findall(svc.log_text()[log_at:])
+        return bool(found)
+    _wait(logged, 30, "the service to log its reconnect")
+    return float(found[0])
 
 
 def start_quietly(svc: ServiceProcess) -> BaseException | None:
