@@ -3,7 +3,8 @@
 Pure: it takes the saved cursors, the published rows (feather.status.read) and the settings, and
 returns each stream's and job's facts plus the reasons the service is degraded, worded for an
 operator. A stream that is not connected, lags, or a job failing its last N runs is degraded;
-a stream with no account to follow (an empty sync shard) is idle by design, not degraded.
+a stream with no account to follow (an empty sync shard) is idle by design, not degraded, and
+one whose reader has not taken its first step yet (just started) is not judged yet.
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def _stream_reasons(name: str, row: dict, facts: dict, max_lag: int, now: float)
     paused = facts.get("paused") or (row.get("paused") and "paused")
     if paused:
         return [f"stream {name}: paused by the disk watermark ({paused})"]
-    if row.get("idle"):
+    if row.get("idle") or row.get("starting"):
         return []
     error = row.get("last_error")
     if not row.get("connected"):

@@ -7,8 +7,9 @@ import pytest
 
 from feather import supervisor
 from feather.db import current_dialect, db
-from feather.jetstream import consumer
+from feather.jetstream import consumer, observe
 from feather.jetstream.engine import Engine
+from feather.jetstream.observe import StreamObserver
 from feather.scheduler import Job, guarded
 from feather.verdict import judge
 from tests.support import mirror_feature
@@ -152,6 +153,25 @@ def test_verdict_treats_an_idle_shard_as_fine_and_a_watermark_pause_as_degraded(
     saved = {"global": {"cursor_time_us": 1, "last_applied_at": 1, "paused": "database size 10 >= watermark 5"}}
     assert judge(saved, paused, _Settings(), now=1000.0).reasons == [
         "stream global: paused by the disk watermark (database size 10 >= watermark 5)"]
+
+
+def test_a_stream_whose_reader_has_not_taken_its_first_step_is_starting_not_unconnected():
+    """The status publisher can run before an empty sync shard's first membership query (seen on
+    PostgreSQL in the whole-process test): /health said it "has not connected" until it went idle."""
+    obs = StreamObserver()
+    assert obs.snapshot(None, False, False)["starting"] is True
+    row = _stream_row(connected=False, ever_connected=False, disconnected_since=None)
+    row["stream"]["sync:0"] = [{**obs.snapshot(None, False, False), "state": "running"}]
+    row["stream"]["global"][0].update(obs.snapshot(None, False, False))
+    assert judge({}, row, _Settings()).reasons == []
+    obs.trying("ws://jetstream.test/subscribe")  # a host tried: judged from now on
+    row["stream"]["global"][0].update(obs.snapshot(None, False, False))
+    assert judge({}, row, _Settings()).reasons == ["stream global has not connected to Jetstream"]
+    idle = StreamObserver()
+    idle.idle("no account to follow")
+    assert idle.starting() is False
+    stuck = StreamObserver()  # a reader stuck before its first step is judged after the grace
+    assert stuck.starting(now=stuck.created_at + observe.STARTING_GRACE_SECS) is False
 
 
 def test_admin_is_403_for_anyone_not_listed(make_app):

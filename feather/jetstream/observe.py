@@ -9,10 +9,16 @@ import time
 from collections import deque
 
 RATE_WINDOW_SECS = 60
+# A reader's first step (the membership query of a DID-filtered stream) can outlast the first
+# status publish; until it has tried a host or gone idle the stream is starting, not failing.
+# Past this it is judged anyway: a reader stuck before its first step must not hide.
+STARTING_GRACE_SECS = 15.0
 
 
 class StreamObserver:
     def __init__(self):
+        self.created_at = time.time()
+        self.began = False  # the reader tried a host, went idle or hit an error
         self.host: str | None = None
         self.connected_since: float | None = None
         self.disconnected_since: float | None = time.time()  # not connected yet counts from start
@@ -26,6 +32,7 @@ class StreamObserver:
 
     def trying(self, host: str) -> None:
         """The host being tried: shown before any connection succeeds (an unreachable one too)."""
+        self.began = True
         if self.connected_since is None:
             self.host = host
 
@@ -44,10 +51,16 @@ class StreamObserver:
             self.error(reason)
 
     def error(self, reason: str) -> None:
+        self.began = True
         self.last_error, self.last_error_at = reason[:300], time.time()
 
     def idle(self, reason: str | None) -> None:
+        self.began = True
         self.idle_reason = reason
+
+    def starting(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return not self.began and now - self.created_at < STARTING_GRACE_SECS
 
     def applied(self, count: int, newest_time_us: int) -> None:
         now = time.time()
@@ -87,6 +100,7 @@ class StreamObserver:
             "connected_since": self.connected_since,
             "disconnected_since": self.disconnected_since,
             "ever_connected": self.ever_connected,
+            "starting": self.starting(),
             "idle": self.idle_reason,
             "paused": paused,
             "cursor_time_us": cursor_time_us,

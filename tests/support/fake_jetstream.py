@@ -10,7 +10,9 @@ Control API (plain HTTP on the same port):
     POST /control/append          body: JSONL frames (time_us optional) -> {"appended": n, "last_time_us": t}
     POST /control/drop[?id=N]     abort every (or one) live connection, no close frame -> {"dropped": n}
     GET  /control/stats           {"connections", "connects_total", "options_updates_total", "events",
-                                   "sent_total", ..., "last_filter": {conn_id: {...}}}
+                                   "sent_total", ..., "last_filter": {conn_id: {...}} (live ones),
+                                   "opened": the latest 200 connections, gone ones too, oldest first:
+                                   [{"id", "cursor", "wantedCollections", "wantedDids": count}]}
     POST /control/outbox?limit=N  per-connection outbox limit (live overflow -> drop without close frame)
     POST /control/pause|resume    hold appended events (stamped, not stored/emitted) / release them
 

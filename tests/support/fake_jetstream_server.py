@@ -119,6 +119,10 @@ class Hub:
         self.n = dict.fromkeys(("connects_total", "options_updates_total", "sent_total", "slow_drops_total",
                                 "forced_drops_total", "write_timeouts_total"), 0)
         self.next_id = 1
+        # The latest connections' opening requests, live or gone: a socket that lived only a moment
+        # (a queue-full drop right after a replay) still tells which cursor it asked for. Counts,
+        # not the wantedDids themselves: a filter may name 10,000.
+        self.opened: deque = deque(maxlen=200)
         self.lock = asyncio.Lock()
 
     # ---- store and emit ----
@@ -262,13 +266,16 @@ class Hub:
                 "paused": self.paused, "pending": len(self.pending),
                 "outbox_limit": self.outbox_limit, "last_time_us": self.last_us,
                 "last_filter": {str(s.id): {**s.filter.describe(), "cursor": s.cursor, "mode": s.mode,
-                                            "outbox": len(s.outbox)} for s in self.subs.values()}}
+                                            "outbox": len(s.outbox)} for s in self.subs.values()},
+                "opened": list(self.opened)}
 
     # ---- websocket ----
     async def handler(self, ws):
         filt, cursor, hello = ws.js_opts
         s = _Sub(self.next_id, ws, filt, cursor, hello)
         self.next_id += 1
+        self.opened.append({"id": s.id, "cursor": cursor, "wantedCollections": filt.describe()["wantedCollections"],
+                            "wantedDids": len(filt.dids)})
         self.subs[s.id] = s
         self.n["connects_total"] += 1
         tasks = [asyncio.ensure_future(self._reader(s)), asyncio.ensure_future(self._sender(s))]

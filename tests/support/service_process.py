@@ -6,10 +6,11 @@
     svc.start()        # same port, same environment: a restart
     svc.stop()         # SIGTERM (graceful), SIGKILL after a grace period; idempotent
 
-The command is the Makefile's `run` target: `gunicorn -k gevent -w 1 --bind 127.0.0.1:PORT app:app`
-from the repository root, so gunicorn.conf.py migrates and starts the background workers in the
-web worker. Each start appends to the same log file, with a banner line, so one file tells the
-whole story; `log_text()` / `log_tail()` read it back for failure messages.
+The command is the Makefile's `run` target: `gunicorn -k gevent -w 1 --access-logfile - --bind
+127.0.0.1:PORT app:app` from the repository root (tests/test_engine_process.py holds the two to the
+same flags), so gunicorn.conf.py migrates and starts the background workers in the web worker.
+Each start appends to the same log file, with a banner line, so one file tells the whole story;
+`log_text()` / `log_tail()` read it back for failure messages.
 """
 from __future__ import annotations
 
@@ -71,18 +72,19 @@ class ServiceProcess:
         self._log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')} on port {self.port} =====\n"
                         .encode())
         self._log.flush()
-        # gunicorn 27's control socket defaults to ~/.gunicorn/gunicorn.ctl, shared by every gunicorn
-        # of the user (and left behind by a kill -9): keep ours beside the log.
-        ctl = self.log_path.parent / f"gunicorn-{self.port}.ctl"
-        ctl_args = ["--control-socket", str(ctl)] if len(str(ctl)) < 100 else ["--no-control-socket"]
-        cmd = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", str(self.workers),
-               "--bind", f"127.0.0.1:{self.port}", *ctl_args, "app:app"]
+        cmd = [sys.executable, "-m", "gunicorn", *self.gunicorn_args()]
         # Own session = own process group: kill9() takes the master and its workers at once, like a
         # machine losing power, and nothing of ours is left holding the port or the worker lock.
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         self.wait_healthy(timeout)
         return self
+
+    def gunicorn_args(self) -> list[str]:
+        """The Makefile's `run` line (and the Procfile's), bound to loopback on our port. No control
+        socket flag: gunicorn.conf.py turns it off, and that is what a second instance relies on."""
+        return ["-k", "gevent", "-w", str(self.workers), "--access-logfile", "-",
+                "--bind", f"127.0.0.1:{self.port}", "app:app"]
 
     def wait_healthy(self, timeout: float = START_TIMEOUT) -> dict:
         deadline = time.monotonic() + timeout
@@ -155,7 +157,7 @@ class ServiceProcess:
 
     # --- observation
     def health(self) -> dict:
-        r = requests.get(self.url + "/health", timeout=5)
+        r = requests.get(self.url + "/health", timeout=30)  # a busy 2-core machine: slow is not down
         r.raise_for_status()
         return r.json()
 
