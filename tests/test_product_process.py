@@ -51,7 +51,7 @@ from tests.support.process_world import (
 )
 from tests.support.service_process import ServiceProcess, service_env
 
-pytestmark = [pytest.mark.pds, pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.pds, pytest.mark.browser, pytest.mark.slow, pytest.mark.once]  # browser: SQLite pass (the deletion on PostgreSQL: test_product_data_live.py)
 
 EXPIRED = "This form had expired, so nothing was sent. Check it and send it again."
 DELETED = ("Your data on this server is deleted and you are signed out. Your records on your own server "
