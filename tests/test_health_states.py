@@ -184,7 +184,11 @@ def test_admin_is_403_for_anyone_not_listed(make_app):
 
 
 def test_admin_page_is_complete_without_javascript(make_app):
+    from feather.jetstream import store as jstore
+
     app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR, FEATHERREADER_NETWORK_INDEX=True)
+    with app.app_context(), db.connection_context(), db.atomic():
+        jstore.save_cursor("network", jstore.Cursor(1_700_000_000_000_000))  # saved once, not running now
     client = app.test_client()
     sign_in(app, client, did=OPERATOR, handle="operator.test")
     response = client.get("/admin")
@@ -195,6 +199,9 @@ def test_admin_page_is_complete_without_javascript(make_app):
     assert "Overall: degraded" in html  # nothing runs the workers in this test
     assert 'hx-get="/admin/status"' in html and 'hx-trigger="every 5s"' in html
     assert "<script>" not in html
+    # A stream no process runs shows dashes, not a bare unit
+    flat = " ".join(html.split())
+    assert ('<td data-label="Cursor lag">—</td> <td data-label="Events/s (last minute)">—</td>') in flat
 
 
 def test_admin_shows_the_catalogue_and_timeline_figures(make_app):
