@@ -207,8 +207,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the last rebuild, and now) before the gap is filled by a rebuild instead of a replay: outages, "
             "disk-watermark pauses, a silent socket or downtime. An hour under Jetstream's 24 h retention."),
     Setting("FEATHERREADER_NET_REBUILD", _bool, "0",
-            "One-shot: on boot, empty the catalogue and rebuild it from the relays and PDSes (logged loudly). "
-            "Unset it after the restart."),
+            "One-shot: on boot, the process that takes the network stream empties the catalogue before it "
+            "connects and rebuilds it from the relays and PDSes (logged loudly). Unset it after the restart."),
     # --- graph sync (feather/sync)
     Setting("SYNC_JETSTREAM_MAX_LOOKBACK_US", _int(1), str(24 * HOUR_US),
             "Resume window for sync shards (µs). A saved cursor older than this is a gap the "

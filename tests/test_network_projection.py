@@ -176,7 +176,11 @@ def test_the_stream_gets_a_cursor_before_it_first_connects(make_app):
     app = make_app(FEATHERREADER_NETWORK_INDEX=True)
     with db.connection_context():
         assert jstore.load_cursor("network") is None
-    subscriptions(app.config["FEATHER"])
+    (sub,) = subscriptions(app.config["FEATHER"])
+    with db.connection_context():
+        assert jstore.load_cursor("network") is None  # listing the subscription prepares nothing
+    with app.app_context():
+        sub.extra["prepare"]()  # what the engine runs once it claims the stream, before connecting
     with db.connection_context():
         assert jstore.load_cursor("network").time_us > 0
 

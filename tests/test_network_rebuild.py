@@ -10,7 +10,7 @@ from feather.db import db
 from feather.jetstream import store as jstore
 from feather.jetstream.events import CommitEvent
 from feather.net import GuardedClient
-from feather.network import rebuild, store, subscriptions, tasks as jobs
+from feather.network import before_stream_starts, rebuild, store, subscriptions, tasks as jobs
 from feather.network.httpclient import PacedClient
 from tests.support.fake_relay import FakeNetwork, subscription
 
@@ -158,7 +158,7 @@ def test_net_rebuild_empties_the_catalogue_before_the_stream_starts_and_resets_l
     settings.featherreader_net_rebuild = True
     before = store.now_us()
     with caplog.at_level(logging.WARNING):
-        subscriptions(settings)  # boot: the moment before the engine loads the cursor and connects
+        before_stream_starts(settings)  # boot: the moment before the engine loads the cursor and connects
     assert "EMPTYING the network catalogue" in caplog.text
     assert rows() == [] and int(state("rollup.updated_at")) >= before
     with db.connection_context():
@@ -183,7 +183,7 @@ def test_a_boot_after_longer_than_the_stale_setting_falls_back_to_a_rebuild(setu
         store.set_state("backfill.status", "done")
         store.set_state("backfill.cursor_us", str(old - 1))
         jstore.save_cursor("network", jstore.Cursor(old))
-    subscriptions(app.config["FEATHER"])  # the moment before the stream connects
+    before_stream_starts(app.config["FEATHER"])  # the moment before the stream connects
     assert int(state("live.gap")) == old
     tick(app, kit)
     assert len(rows()) == 1 and state("live.gap") is None
@@ -218,6 +218,7 @@ def test_the_stream_reports_a_gap_when_it_reconnects_past_the_setting(setup):
 
     app, _ = setup(FEATHERREADER_NET_STALE_CURSOR_SECS=3600)
     (sub,) = subscriptions(app.config["FEATHER"])
+    before_stream_starts(app.config["FEATHER"])  # seeds the stream's cursor, as at boot
     assert sub.max_lookback_us == 3600 * 1_000_000
     old = store.now_us() - 2 * 3_600_000_000
     with db.connection_context(), db.atomic():
@@ -314,3 +315,35 @@ def test_retry_after_is_read_as_seconds_or_an_http_date_and_capped():
     assert rebuild.retry_after_secs("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480.0 - 60) == 60.0
     assert rebuild.retry_after_secs("99999999") == 7 * 86400.0
     assert rebuild.retry_after_secs("soon") is None and rebuild.retry_after_secs(None) is None
+
+
+def test_an_injected_dev_event_does_not_wipe_the_catalogue_under_net_rebuild(setup):
+    """The one-shot wipe belongs to the stream's start; the dev injector only lists subscriptions."""
+    app, _ = setup(FEATHERREADER_ENV="development", FEATHERREADER_NET_REBUILD=True)
+    with db.connection_context(), db.atomic():
+        store.upsert("did:plc:kept", "k1", "https://kept.example/feed", None, 1, max_per_did=5, touched=set())
+    response = app.test_client().post(
+        "/admin/dev/jetstream-event", environ_base={"REMOTE_ADDR": "127.0.0.1"},
+        json={"did": "did:plc:new", "op": "create", "collection": NSID, "rkey": "n1",
+              "record": {"url": "https://new.example/feed", "createdAt": "2026-01-01T00:00:00Z"}})
+    assert response.status_code == 200 and "network" in response.get_json()["subscriptions"]
+    assert sorted(d for d, *_ in rows()) == ["did:plc:kept", "did:plc:new"]
+
+
+def test_the_engine_prepares_the_network_stream_once_before_it_streams(setup, monkeypatch):
+    from feather.jetstream import consumer
+    from feather.jetstream.engine import Engine
+
+    app, _ = setup(FEATHERREADER_NET_REBUILD=True, FEATHERREADER_JETSTREAM_HOSTS="ws://127.0.0.1:9/subscribe",
+                   FEATHERREADER_ALLOW_PRIVATE_NETWORK=True)
+    monkeypatch.setattr(consumer.Stream, "start", lambda self: None)  # no socket: only the claim round
+    engine = Engine(app, subscriptions(app.config["FEATHER"]))
+    with db.connection_context(), db.atomic():
+        store.upsert("did:plc:old", "o1", "https://old.example/feed", None, 1, max_per_did=5, touched=set())
+    engine.claim_round()
+    assert rows() == [] and "network" in engine.streams  # wiped once, then the stream started
+    with db.connection_context(), db.atomic():
+        store.upsert("did:plc:after", "a1", "https://after.example/feed", None, 1, max_per_did=5, touched=set())
+    engine.streams.clear()
+    engine.claim_round()  # a later claim (a takeover, a lost claim) does not wipe again
+    assert [d for d, *_ in rows()] == ["did:plc:after"]

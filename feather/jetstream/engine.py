@@ -46,6 +46,7 @@ class Engine:
         self.stopping = Flag()
         self.watermark_paused = False
         self._standby_logged: set[str] = set()
+        self._prepared: set[str] = set()
         self._greenlets: list[gevent.Greenlet] = []
 
     def start(self) -> None:
@@ -85,6 +86,8 @@ class Engine:
                     log.info("jetstream %s: another process owns this subscription; standing by", sub.name)
                     self._standby_logged.add(sub.name)
                 continue
+            if not self._prepare(sub):
+                continue
             stream = Stream(sub, self.urls, app=self.app,
                             allow_private=self.settings.featherreader_allow_private_network, board=self.board)
             if self.watermark_paused:
@@ -92,6 +95,21 @@ class Engine:
             self.streams[sub.name] = stream
             stream.start()  # loads the saved cursor: a takeover resumes where the dead owner stopped
             log.info("jetstream %s: claimed; streaming", sub.name)
+
+    def _prepare(self, sub: Subscription) -> bool:
+        """A feature's once-per-process step before its stream loads the cursor (extra["prepare"]);
+        on failure the stream stays down (its claim kept) and the next claim round tries again."""
+        prepare = sub.extra.get("prepare")
+        if prepare is None or sub.name in self._prepared:
+            return True
+        try:
+            with self.app.app_context():
+                prepare()
+        except Exception:
+            log.exception("jetstream %s: preparing the stream failed; retrying at the next claim round", sub.name)
+            return False
+        self._prepared.add(sub.name)
+        return True
 
     def _watch_claims(self) -> None:
         while not self.stopping.wait(CLAIM_SECS):

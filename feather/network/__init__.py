@@ -41,14 +41,17 @@ def subscriptions(settings) -> list:
 
     if not settings.featherreader_network_index:
         return []
-    _before_stream_starts(settings)
     stale_us = settings.featherreader_net_stale_cursor_secs * 1_000_000
     # The lookback check runs at every (re)connect: after an outage or a watermark pause longer
     # than Jetstream keeps events, the replay cannot cover the gap and a rebuild must.
     return [Subscription(SUBSCRIPTION, [COLLECTION],
                          [Handler("network", handler(settings), frozenset({COLLECTION}),
                                   identity_and_account=True)],
-                         max_lookback_us=stale_us, on_gap=_on_gap(stale_us))]
+                         max_lookback_us=stale_us, on_gap=_on_gap(stale_us),
+                         # Run by the engine that claims the stream, once, before it loads the cursor;
+                         # never by a mere reader of the list (the dev event injector): the one-shot
+                         # rebuild's wipe must not follow every injected event.
+                         extra={"prepare": lambda: before_stream_starts(settings)})]
 
 
 def _on_gap(stale_us: int):
@@ -64,7 +67,7 @@ def _on_gap(stale_us: int):
     return report
 
 
-def _before_stream_starts(settings) -> None:
+def before_stream_starts(settings) -> None:
     """Before the engine loads the stream's cursor and connects: the one-shot rebuild's wipe,
     seeding the cursor, and noting a gap.
 
