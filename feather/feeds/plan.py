@@ -53,10 +53,11 @@ class Step:
     is_target: bool = False
     subject_before: str | None = None  # a follow's subject before this step (set by decide)
     subject_after: str | None = None  # and after it
+    uri: str = ""  # the event's, computed once: net_effect and plan read it several times a step
 
-    @property
-    def uri(self) -> str:
-        return self.event.uri
+    def __post_init__(self) -> None:
+        if not self.uri:
+            self.uri = self.event.uri
 
     @property
     def deletes(self) -> bool:
@@ -111,7 +112,7 @@ def decide(config: FeedsConfig, commits: list[CommitEvent]) -> list[Step]:
         uri = event.uri
         prior = stored[uri]
         step = Step(event, coll, prior, is_follow=event.collection in follow_nsids,
-                    is_target=event.collection in target_nsids)
+                    is_target=event.collection in target_nsids, uri=uri)
         if step.is_follow:
             step.subject_before = subject_of(prior[1]) if prior is not None else None
             step.subject_after = subject_of(event.record) if event.operation != "delete" else None

@@ -20,12 +20,21 @@ def subject_expr(alias: str = "r") -> str:
 
 
 def statements(config: FeedsConfig) -> list[str]:
+    return [sql for sql, _, _ in _objects(config)]
+
+
+def _objects(config: FeedsConfig) -> list[tuple[str, str, bool]]:
+    """(statement, the table or index it names, whether that object exists afterwards)."""
     d = current_dialect()
     t = d.byte_text
-    out: list[str] = []
+    out: list[tuple[str, str, bool]] = []
     follows = {config.collections[f.follow].short for f in config.feeds.values()}
+
+    def add(sql: str, name: str, present: bool = True) -> None:
+        out.append((sql, name, present))
+
     for c in config.collections.values():
-        out.append(
+        add(
             f"CREATE TABLE IF NOT EXISTS {c.table} ("
             f" uri {t} PRIMARY KEY,"
             f" did {t} NOT NULL,"
@@ -34,21 +43,21 @@ def statements(config: FeedsConfig) -> list[str]:
             f" record TEXT,"
             f" time_us {d.bigint} NOT NULL,"
             f" indexed_at {d.bigint} NOT NULL,"
-            f" arrival {d.bigint} NOT NULL)"
+            f" arrival {d.bigint} NOT NULL)", c.table
         )
         # Author's newest records: follow backfill, bootstrap, hybrid merge, listRecords?actor=.
-        out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_did_time ON {c.table} (did, time_us DESC)")
+        add(f"CREATE INDEX IF NOT EXISTS {c.table}_did_time ON {c.table} (did, time_us DESC)", f"{c.table}_did_time")
         # listRecords over the whole collection, newest first with the uri tie-break. Only where
         # listRecords is served (follows and profiles are private by default): on every other
         # table it would be one more index write per ingested record for no read.
         if "listRecords" in config.methods_of(c.short):
-            out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_time ON {c.table} (time_us DESC, uri)")
+            add(f"CREATE INDEX IF NOT EXISTS {c.table}_time ON {c.table} (time_us DESC, uri)", f"{c.table}_time")
         else:
-            out.append(f"DROP INDEX IF EXISTS {c.table}_time")
+            add(f"DROP INDEX IF EXISTS {c.table}_time", f"{c.table}_time", present=False)
         if c.short in follows:
             # The fan-out join: every follower of an author, covering (subject → did).
-            out.append(f"CREATE INDEX IF NOT EXISTS {c.table}_subject ON {c.table} "
-                       f"({d.json_text('record', 'subject')}, did)")
+            add(f"CREATE INDEX IF NOT EXISTS {c.table}_subject ON {c.table} "
+                f"({d.json_text('record', 'subject')}, did)", f"{c.table}_subject")
     return out
 
 
@@ -63,13 +72,34 @@ def ensure(config: FeedsConfig) -> None:
     # only a standalone run may remember that the tables exist; nested runs just repeat the
     # idempotent statements until a standalone one (a request, the prune job) marks them.
     standalone = not db.in_transaction()
+    objects = _objects(config)
+    if not standalone and _in_place(objects):
+        # The ingest batch calls this every time (nothing standalone may have run yet): one
+        # catalog read instead of a dozen DDL statements, and on PostgreSQL no advisory lock and
+        # no CREATE INDEX IF NOT EXISTS, which locks the table against other writers until the
+        # batch commits. Not remembered: what this transaction sees may yet be rolled back.
+        return
     with db.atomic():
         if not d.is_sqlite:
             db.execute_sql(d.q("SELECT pg_advisory_xact_lock(?)"), (_PG_DDL_LOCK_KEY,))
-        for sql in statements(config):
+        for sql, _, _ in objects:
             db.execute_sql(sql)
     if standalone:
         setattr(database, _MARK, signature)
+
+
+def _in_place(objects: list[tuple[str, str, bool]]) -> bool:
+    """Whether every object the statements create exists and every one they drop does not."""
+    d = current_dialect()
+    names = [name for _, name, _ in objects]
+    marks = ", ".join("?" * len(names))
+    if d.is_sqlite:
+        sql = f"SELECT name FROM sqlite_master WHERE name IN ({marks})"
+    else:
+        sql = (f"SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+               f" WHERE n.nspname = current_schema() AND c.relname IN ({marks})")
+    found = {row[0] for row in db.execute_sql(d.q(sql), names).fetchall()}
+    return all((name in found) == present for _, name, present in objects)
 
 
 def target_collection(config: FeedsConfig, nsid_or_short: str) -> Collection | None:
