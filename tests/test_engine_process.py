@@ -52,6 +52,7 @@ from tests.support.process_world import (
     app_password,
     create_account,
     error_lines,
+    print_service_log,
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
@@ -321,8 +322,7 @@ def test_engine_fails_over_survives_kill9_mid_burst_and_tells_operators_the_trut
             scenario(svc, svc_b, js, dead, accts, passwords, database_url, database_b, home, run_dir, mark)
         except BaseException:
             for s in services:
-                print(f"\n----- {s.log_path.name}: error lines -----\n{error_lines(s)}")
-                print(f"\n----- {s.log_path.name}: last 100 lines -----\n{s.log_tail(100)}")
+                print_service_log(s, 100)
             raise
         finally:
             for s in services:

@@ -70,8 +70,8 @@ from tests.support.process_world import (
     create_account,
     create_record,
     delete_record,
-    error_lines,
     now_iso,
+    print_service_log,
 )
 from tests.support.process_world import wait_for as _wait
 from tests.support.service_process import ServiceProcess, service_env
@@ -283,8 +283,7 @@ def test_network_catalogue_kill9_mid_rebuild_optouts_and_replay_whole_process(pd
             try:
                 scenario(pds, net, js, tap, svc, world, mark)
             except BaseException:
-                print(f"\n----- service log: error lines ({svc.log_path}) -----\n{error_lines(svc)}")
-                print(f"\n----- service log: last 150 lines -----\n{svc.log_tail(150)}")
+                print_service_log(svc)
                 raise
             finally:
                 svc.stop()

@@ -45,8 +45,8 @@ from tests.support.process_world import (
     Person,
     app_password,
     create_account,
-    error_lines,
     ok,
+    print_service_log,
     wait_for,
 )
 from tests.support.service_process import ServiceProcess, service_env
@@ -96,8 +96,7 @@ def test_two_people_find_their_way_survive_a_kill9_and_one_deletes_their_data(pd
                     (ARTIFACTS / f"product-process-{who}.html").write_text(page.content())
                 except Exception as exc:  # noqa: BLE001 (a dead page must not hide the test's own failure)
                     print(f"screenshot of {who} failed: {exc}")
-            print(f"\n----- service log: error lines ({svc.log_path}) -----\n{error_lines(svc)}")
-            print(f"\n----- service log: last 80 lines -----\n{svc.log_tail(80)}")
+            print_service_log(svc, 80)
             raise
         finally:
             desk.close()

@@ -55,9 +55,9 @@ from tests.support.process_world import (
     create_account,
     create_record,
     delete_record,
-    error_lines,
     follow_record,
     list_records,
+    print_service_log,
     record_exists,
 )
 from tests.support.process_world import ok as _ok
@@ -213,8 +213,7 @@ def test_two_owners_three_apps_kill9_mid_backfill_and_replay_whole_process(pds, 
             try:
                 scenario(pds, js, tap, svc, world, mark)
             except BaseException:
-                print(f"\n----- service log: error lines ({svc.log_path}) -----\n{error_lines(svc)}")
-                print(f"\n----- service log: last 150 lines -----\n{svc.log_tail(150)}")
+                print_service_log(svc)
                 raise
             finally:
                 svc.stop()

@@ -65,8 +65,8 @@ from tests.support.process_world import (
     create_account,
     create_record,
     delete_record,
-    error_lines,
     follow_record,
+    print_service_log,
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
@@ -246,8 +246,7 @@ def test_three_readers_timelines_and_feed_generator_through_kill9_and_replay_who
             try:
                 scenario(pds, js, tap, svc, world, mark)
             except BaseException:
-                print(f"\n----- service log: error lines ({svc.log_path}) -----\n{error_lines(svc)}")
-                print(f"\n----- service log: last 120 lines -----\n{svc.log_tail(120)}")
+                print_service_log(svc, 120)
                 raise
             finally:
                 svc.stop()

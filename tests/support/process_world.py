@@ -159,3 +159,9 @@ def list_records(pds, did: str, collection: str) -> list[dict]:
         cursor = body.get("cursor")
         if not body["records"] or not cursor:
             return out
+
+
+def print_service_log(svc: ServiceProcess, tail: int = 150) -> None:
+    """On a failure: the service log's distinct error lines, then its last lines (pytest shows both)."""
+    print(f"\n----- {svc.log_path}: error lines -----\n{error_lines(svc)}")
+    print(f"\n----- {svc.log_path}: last {tail} lines -----\n{svc.log_tail(tail)}")
