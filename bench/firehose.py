@@ -1,6 +1,6 @@
 """The ingest benches' Jetstream log: firehose-shaped, with a realistic follow fan-in.
 
-    python bench/firehose.py --events 100000 --out /tmp/log.jsonl   # write one to look at
+    python bench/firehose.py --events 100000 --out log.jsonl   # write one to look at
 
 About `dids` accounts (default 2,000). Popularity follows a Zipf law (weight 1/rank): a few
 accounts are followed by a large share of everyone and a long tail by a handful, which is what
