@@ -122,3 +122,17 @@ def test_an_unresolvable_pds_is_an_error_not_a_crash(make_app, tmp_path, pds):
     join_backfills(app)
     (row,) = rows(app, "SELECT completed, retries, last_error FROM feed_backfills")
     assert row[:2] == (0, 1) and "UnresolvableDid" in row[2]
+
+
+def test_a_backfill_on_a_fresh_database_creates_the_tables_it_needs(make_app, tmp_path):
+    """A sign-in can come before any ingest batch ran schema.ensure (seen in the whole process:
+    'no such table: feed_records_follow' at the first sign-in, then a retry minutes later)."""
+    from tests.fixtures.feeds.feedkit import FakeSources
+
+    follows = [(f"f{i}", None, {"$type": FOLLOW, "subject": f"did:plc:bee{i}", "createdAt": iso(1_700_000_000_000_000)})
+               for i in range(3)]
+    app = feeds_app(make_app, tmp_path, toml(), sources=FakeSources(follows={"did:plc:ada": follows}))
+    config = app.extensions["feeds"]
+    assert backfill.run(app, config, config.feeds["timeline"], "did:plc:ada") is True
+    with app.app_context(), db.connection_context():
+        assert db.execute_sql("SELECT count(*) FROM feed_records_follow").fetchone()[0] == 3
