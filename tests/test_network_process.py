@@ -48,6 +48,7 @@ import collections
 import random
 import re
 import secrets
+import sqlite3
 import string
 import time
 from urllib.parse import urljoin
@@ -169,6 +170,35 @@ def names_problems(model: Model, shown_names: dict[str, list[str]]) -> list[str]
     return problems
 
 
+def peek(database_url: str, *dids_and_rkey: str) -> list[str]:
+    """Read-only: the catalogue rows and tombstones of some DIDs, and the rebuild's state."""
+    *dids, rkey = dids_and_rkey
+    marks = ", ".join("?" * len(dids))
+    queries = [(f"SELECT did, rkey, feed_url, rev_us, indexed_at FROM net_subscription WHERE did IN ({marks})", dids),
+               (f"SELECT did, rkey, time_us FROM net_tombstone WHERE did IN ({marks})", dids),
+               ("SELECT key, value FROM network_state WHERE key LIKE 'backfill.%'", []),
+               ("SELECT did, state, updated_at FROM net_backfill_queue ORDER BY did", [])]
+    out = [f"deleted rkey: {rkey}"]
+    if database_url.startswith("sqlite:///"):
+        conn = sqlite3.connect(f"file:{database_url[len('sqlite:///'):]}?mode=ro", uri=True)
+    else:
+        import psycopg2
+
+        conn = psycopg2.connect(database_url)
+        queries = [(q.replace("?", "%s"), a) for q, a in queries]
+    try:
+        for sql, args in queries:
+            try:
+                cur = conn.cursor()
+                cur.execute(sql, args)
+                out.append(f"{sql.split(' WHERE')[0]}: {cur.fetchall()}")
+            except Exception as exc:  # noqa: BLE001 (a diagnostic must not hide the failure)
+                out.append(f"{sql}: {exc}")
+    finally:
+        conn.close()
+    return out
+
+
 def catalogue_problems(svc: ServiceProcess, model: Model) -> list[str]:
     r = requests.get(svc.url + "/network", timeout=30)
     if r.status_code != 200:
@@ -264,6 +294,7 @@ def test_network_catalogue_kill9_mid_rebuild_optouts_and_replay_whole_process(pd
     net = FakeNetwork()
     net.plc_upstream, net.pds_upstream = pds.plc_url, pds.pds_url
     world = build_world(pds, net, mark)
+    world["database_url"] = database_url
     with FakeJetstream() as js:
         tap = Tap(js)
         # Started after the world is written: what the accounts held before boot reaches the
@@ -387,6 +418,8 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
     problems = catalogue_problems(svc, part)
     if figures["rows"] != part.rows():
         problems.append(f"the catalogue holds {figures['rows']} rows, the model {part.rows()}")
+    if problems:  # what the database holds for the two DIDs in play, for whoever reads the failure
+        problems += peek(world["database_url"], did["H1"], did["H2"], rkeys[("H1", "top")])
     assert not problems, "mid-rebuild, after H1's stale listing:\n" + "\n".join(problems)
     mark(f"mid-rebuild state exact ({figures}): H1's deleted record stayed deleted, Y skipped")
 
