@@ -60,7 +60,6 @@ from gevent.pool import Pool
 
 from tests.support.fake_jetstream import FakeJetstream
 from tests.support.fake_relay import FakeNetwork
-from tests.support.firehose_bridge import FirehoseBridge
 from tests.support.pds import tid_now, xrpc
 from tests.support.process_world import (
     Acct,
@@ -71,8 +70,9 @@ from tests.support.process_world import (
     create_account,
     create_record,
     delete_record,
+    live_firehose,
     now_iso,
-    print_service_log,
+    stopped_after,
 )
 from tests.support.process_world import wait_for as _wait
 from tests.support.service_process import ServiceProcess, service_env
@@ -295,13 +295,10 @@ def test_network_catalogue_kill9_mid_rebuild_optouts_and_replay_whole_process(pd
     net.plc_upstream, net.pds_upstream = pds.plc_url, pds.pds_url
     world = build_world(pds, net, mark)
     world["database_url"] = database_url
-    with FakeJetstream() as js:
-        tap = Tap(js)
+    try:
         # Started after the world is written: what the accounts held before boot reaches the
         # catalogue only through the rebuild, so a rebuild that does not resume cannot hide.
-        bridge = FirehoseBridge(pds.firehose_url, tap, cursor=None).start()
-        svc = None
-        try:
+        with live_firehose(pds) as (js, tap):
             env = service_env(
                 DATABASE_URL=database_url, FEATHERREADER_ENV="development", SECRET_KEY=secrets.token_hex(32),
                 FEATHERREADER_DATA_DIR=tmp_path / "data", FEATHERREADER_ALLOW_APP_PASSWORDS=True,
@@ -310,17 +307,10 @@ def test_network_catalogue_kill9_mid_rebuild_optouts_and_replay_whole_process(pd
                 FEATHERREADER_LOG_LEVEL="INFO", FEATHERREADER_NETWORK_INDEX=True, FEATHERREADER_NETWORK_PAGE=True,
                 FEATHERREADER_NET_K=K, FEATHERREADER_RELAY_HOSTS=net.url, FEATHERREADER_ADOPTION_INTERVAL_SECS=0,
                 FEATHERREADER_ADMIN_DIDS=world["acct"]["N1"].did, FEATHERREADER_LOGIN_RATE_LIMIT=100)
-            svc = ServiceProcess(env, tmp_path / "gunicorn.log")
-            try:
+            with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log")) as svc:
                 scenario(pds, net, js, tap, svc, world, mark)
-            except BaseException:
-                print_service_log(svc)
-                raise
-            finally:
-                svc.stop()
-        finally:
-            bridge.stop()
-            net.close()
+    finally:
+        net.close()
     print("\ntimeline:")
     for label, at in marks:
         print(f"  {at:6.1f} s  {label}")

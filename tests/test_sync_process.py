@@ -44,21 +44,19 @@ import pytest
 import requests
 from gevent.pool import Pool
 
-from tests.support.fake_jetstream import FakeJetstream
-from tests.support.firehose_bridge import FirehoseBridge
 from tests.support.pds import tid_now, xrpc
 from tests.support.process_world import (
     Acct,
     Person,
-    Tap,
     apply_creates,
     create_account,
     create_record,
     delete_record,
     follow_record,
     list_records,
-    print_service_log,
+    live_firehose,
     record_exists,
+    stopped_after,
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
@@ -196,29 +194,17 @@ def test_two_owners_three_apps_kill9_mid_backfill_and_replay_whole_process(pds, 
         marks.append((label, time.monotonic() - t0))
         print(f"[{time.monotonic() - t0:6.1f} s] {label}", flush=True)
 
-    with FakeJetstream() as js:
-        tap = Tap(js)
-        bridge = FirehoseBridge(pds.firehose_url, tap, cursor=None).start()  # live: only this test's writes
-        svc = None
-        try:
-            world = build_world(pds, mark)
-            owners, model = world["owners"], world["model"]
-            env = service_env(
-                DATABASE_URL=database_url, FEATHERREADER_ENV="development", SECRET_KEY=secrets.token_hex(32),
-                FEATHERREADER_DATA_DIR=tmp_path / "data", FEATHERREADER_ALLOW_APP_PASSWORDS=True,
-                FEATHERREADER_ALLOW_PRIVATE_NETWORK=True, FEATHERREADER_JETSTREAM_HOSTS=js.url,
-                FEATHERREADER_PLC_URL=pds.plc_url, FEATHERREADER_HANDLE_RESOLVER=pds.pds_url,
-                FEATHERREADER_LOG_LEVEL="INFO")
-            svc = ServiceProcess(env, tmp_path / "gunicorn.log")
-            try:
-                scenario(pds, js, tap, svc, world, mark)
-            except BaseException:
-                print_service_log(svc)
-                raise
-            finally:
-                svc.stop()
-        finally:
-            bridge.stop()
+    with live_firehose(pds) as (js, tap):
+        world = build_world(pds, mark)
+        owners, model = world["owners"], world["model"]
+        env = service_env(
+            DATABASE_URL=database_url, FEATHERREADER_ENV="development", SECRET_KEY=secrets.token_hex(32),
+            FEATHERREADER_DATA_DIR=tmp_path / "data", FEATHERREADER_ALLOW_APP_PASSWORDS=True,
+            FEATHERREADER_ALLOW_PRIVATE_NETWORK=True, FEATHERREADER_JETSTREAM_HOSTS=js.url,
+            FEATHERREADER_PLC_URL=pds.plc_url, FEATHERREADER_HANDLE_RESOLVER=pds.pds_url,
+            FEATHERREADER_LOG_LEVEL="INFO")
+        with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log")) as svc:
+            scenario(pds, js, tap, svc, world, mark)
     print("\ntimeline:")
     for label, at in marks:
         print(f"  {at:6.1f} s  {label}")

@@ -53,20 +53,18 @@ import gevent.event
 import pytest
 from gevent.pool import Pool
 
-from tests.support.fake_jetstream import FakeJetstream
-from tests.support.firehose_bridge import FirehoseBridge
 from tests.support.pds import tid_now, xrpc
 from tests.support.process_world import (
     Acct,
     Person,
-    Tap,
     app_password,
     apply_creates,
     create_account,
     create_record,
     delete_record,
     follow_record,
-    print_service_log,
+    live_firehose,
+    stopped_after,
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
@@ -227,31 +225,19 @@ def test_three_readers_timelines_and_feed_generator_through_kill9_and_replay_who
     def mark(label: str) -> None:
         print(f"[{time.monotonic() - t0:6.1f} s] {label}", flush=True)
 
-    with FakeJetstream() as js:
-        tap = Tap(js)
-        bridge = FirehoseBridge(pds.firehose_url, tap, cursor=None).start()  # live: only this test's writes
-        svc = None
-        try:
-            world = build_world(pds, mark)
-            port = free_port()
-            public = f"http://127.0.0.1:{port}"
-            env = service_env(
-                DATABASE_URL=database_url, FEATHERREADER_ENV="development", SECRET_KEY=secrets.token_hex(32),
-                FEATHERREADER_DATA_DIR=tmp_path / "data", FEATHERREADER_ALLOW_APP_PASSWORDS=True,
-                FEATHERREADER_ALLOW_PRIVATE_NETWORK=True, FEATHERREADER_JETSTREAM_HOSTS=js.url,
-                FEATHERREADER_PLC_URL=pds.plc_url, FEATHERREADER_HANDLE_RESOLVER=pds.pds_url,
-                FEATHERREADER_PUBLIC_URL=public, FEATHERREADER_ADMIN_DIDS=world["readers"][0].did,
-                FEATHERREADER_LOG_LEVEL="INFO")
-            svc = ServiceProcess(env, tmp_path / "gunicorn.log", port=port)
-            try:
-                scenario(pds, js, tap, svc, world, mark)
-            except BaseException:
-                print_service_log(svc, 120)
-                raise
-            finally:
-                svc.stop()
-        finally:
-            bridge.stop()
+    with live_firehose(pds) as (js, tap):
+        world = build_world(pds, mark)
+        port = free_port()
+        public = f"http://127.0.0.1:{port}"
+        env = service_env(
+            DATABASE_URL=database_url, FEATHERREADER_ENV="development", SECRET_KEY=secrets.token_hex(32),
+            FEATHERREADER_DATA_DIR=tmp_path / "data", FEATHERREADER_ALLOW_APP_PASSWORDS=True,
+            FEATHERREADER_ALLOW_PRIVATE_NETWORK=True, FEATHERREADER_JETSTREAM_HOSTS=js.url,
+            FEATHERREADER_PLC_URL=pds.plc_url, FEATHERREADER_HANDLE_RESOLVER=pds.pds_url,
+            FEATHERREADER_PUBLIC_URL=public, FEATHERREADER_ADMIN_DIDS=world["readers"][0].did,
+            FEATHERREADER_LOG_LEVEL="INFO")
+        with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log", port=port), 120) as svc:
+            scenario(pds, js, tap, svc, world, mark)
     model = world["model"]
     stored = stored_of(database_url, world["unrelated"], [a.did for a in world["authors"]], world["readers"],
                        sorted(model.deleted))

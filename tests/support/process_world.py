@@ -7,6 +7,7 @@ PDS is shared, so every handle carries a random suffix).
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import secrets
 import time
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 import requests
 
 from tests.support.fake_jetstream import FakeJetstream
+from tests.support.firehose_bridge import FirehoseBridge
 from tests.support.pds import tid_now, xrpc
 from tests.support.service_process import ServiceProcess
 
@@ -165,3 +167,28 @@ def print_service_log(svc: ServiceProcess, tail: int = 150) -> None:
     """On a failure: the service log's distinct error lines, then its last lines (pytest shows both)."""
     print(f"\n----- {svc.log_path}: error lines -----\n{error_lines(svc)}")
     print(f"\n----- {svc.log_path}: last {tail} lines -----\n{svc.log_tail(tail)}")
+
+
+@contextlib.contextmanager
+def live_firehose(pds):
+    """A fake Jetstream fed by the PDS's firehose from now on (only writes made after this), and
+    the tap that remembers when each commit went in: yields (js, tap)."""
+    with FakeJetstream() as js:
+        tap = Tap(js)
+        bridge = FirehoseBridge(pds.firehose_url, tap, cursor=None).start()
+        try:
+            yield js, tap
+        finally:
+            bridge.stop()
+
+
+@contextlib.contextmanager
+def stopped_after(svc: ServiceProcess, tail: int = 150):
+    """The service is stopped however the block ends; on a failure its log is printed first."""
+    try:
+        yield svc
+    except BaseException:
+        print_service_log(svc, tail)
+        raise
+    finally:
+        svc.stop()
