@@ -10,6 +10,7 @@ import collections
 import contextlib
 import re
 import secrets
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -84,13 +85,36 @@ def follow_record(subject: str) -> dict:
 
 class Tap:
     """The firehose bridge's sink: hands frames to the fake Jetstream and remembers when each commit
-    went in (the time_us the fake stamped; an upper bound for frames of a multi-op commit)."""
+    went in (the time_us the fake stamped; an upper bound for frames of a multi-op commit).
 
-    def __init__(self, js: FakeJetstream):
+    `fenced=True` starts it closed: it drops every frame until the first one of the DID given to
+    fence() (that frame included). See live_firehose."""
+
+    def __init__(self, js: FakeJetstream, fenced: bool = False):
         self.js = js
         self.times: dict[tuple[str, str, str, str], int] = {}
+        self.open = not fenced
+        self.dropped = 0
+        self._fence: str | None = None
+        self._seen_closed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def fence(self, did: str) -> None:
+        with self._lock:
+            self._fence = did
+            self.open = self.open or did in self._seen_closed
 
     def __call__(self, frames: list[dict]) -> None:
+        with self._lock:
+            if not self.open:
+                at = next((i for i, f in enumerate(frames) if f.get("did") == self._fence), None)
+                self._seen_closed.update(f.get("did") for f in frames)
+                self.dropped += len(frames) if at is None else at + 1
+                if at is None:
+                    return
+                frames, self.open = frames[at + 1:], True
+        if not frames:
+            return
         last = self.js.append(frames)
         for f in frames:
             if f.get("kind") == "commit":
@@ -172,11 +196,23 @@ def print_service_log(svc: ServiceProcess, tail: int = 150) -> None:
 @contextlib.contextmanager
 def live_firehose(pds):
     """A fake Jetstream fed by the PDS's firehose from now on (only writes made after this), and
-    the tap that remembers when each commit went in: yields (js, tap)."""
+    the tap that remembers when each commit went in: yields (js, tap).
+
+    "From now on" needs a fence: the reference PDS hands its sequenced events to live subscribers
+    from a polling loop, so writes that returned just before the bridge connected can still arrive
+    as live (seen: all 18 commits of a world built a moment earlier, about one run in eight). The
+    fence is a throwaway account created once the bridge is connected; its events are sequenced
+    after every earlier write, and the tap drops everything up to them."""
     with FakeJetstream() as js:
-        tap = Tap(js)
+        tap = Tap(js, fenced=True)
         bridge = FirehoseBridge(pds.firehose_url, tap, cursor=None).start()
         try:
+            fence = xrpc(pds.pds_url, "POST", "com.atproto.server.createAccount", timeout=60,
+                         json={"handle": f"fence{secrets.token_hex(4)}.test", "password": secrets.token_hex(8),
+                               "email": f"fence{secrets.token_hex(4)}@example.com"})
+            assert fence.status_code == 200, f"createAccount (fence) -> {fence.status_code} {fence.text[:300]}"
+            tap.fence(fence.json()["did"])
+            wait_for(lambda: tap.open, 30, "the firehose to carry the fence account")
             yield js, tap
         finally:
             bridge.stop()
