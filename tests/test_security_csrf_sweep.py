@@ -105,7 +105,7 @@ def test_every_state_changing_route_refuses_a_signed_in_browser_without_a_valid_
 
 
 def test_the_dev_event_route_refuses_what_a_cross_site_form_can_send_even_in_development(make_app):
-    app, client = signed_in(make_app, FEATHERREADER_ENV="development")
+    _, client = signed_in(make_app, FEATHERREADER_ENV="development")
     body = {"did": ALICE, "op": "create", "collection": "app.bsky.graph.follow", "subject": "did:plc:bob"}
     for data, content_type in [(body, None), ('{"did": "did:plc:alice", "op": "create"}', "text/plain")]:
         r = client.post("/admin/dev/jetstream-event", data=data, content_type=content_type,

@@ -120,3 +120,24 @@ def test_a_spray_of_list_records_authors_fetches_at_most_the_client_budget(app):
                            environ_base={"REMOTE_ADDR": "198.51.100.9"}).status_code for i in range(30)]
     assert statuses == [200] * 10 + [429] * 20
     assert sorted(http.calls) == sorted(f"{PLC}/did:plc:list{i}" for i in range(10))
+
+
+def test_a_spray_of_signed_skeleton_readers_starts_at_most_the_client_budget_of_backfills(make_app, tmp_path):
+    """getFeedSkeleton's first-read backfill pays like getFeed's. The issuers' keys are known
+    locally here (no key fetch to pay for), so the backfill is the only outbound work a new
+    viewer starts."""
+    from tests.fixtures.feeds.feedkit import FakeSources
+    from tests.test_feed_generator import FEED_URI, PUBLIC, SKELETON, remember_published
+
+    viewers = [f"did:plc:viewer{i:02d}" for i in range(15)]
+    app = feeds_app(make_app, tmp_path, toml(), sources=FakeSources(keys={v: P256.public_key() for v in viewers}),
+                    FEATHERREADER_PUBLIC_URL=PUBLIC)
+    remember_published(app)
+    try:
+        statuses = [app.test_client().get(f"/xrpc/{SKELETON}", query_string={"feed": FEED_URI}, headers={
+            "Authorization": f"Bearer {mint(P256, iss=v, aud='did:web:localhost%3A5123', lxm=SKELETON)}"},
+            environ_base={"REMOTE_ADDR": "198.51.100.8"}).status_code for v in viewers]
+    finally:
+        join_backfills(app)
+    assert statuses == [200] * 10 + [429] * 5
+    assert rows(app, "SELECT actor FROM feed_backfills ORDER BY actor") == [(v,) for v in viewers[:10]]

@@ -9,6 +9,7 @@ import pytest
 from feather.config import ConfigError, load_settings
 from feather.parsing import ascii_int, json_depth_ok
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, join_backfills, toml
+from tests.test_auth_oauth_fake import fake, start  # noqa: F401 - fake is a fixture
 
 A = "did:plc:aaaa"
 GET_FEED = "/xrpc/com.example.getFeed"
@@ -85,3 +86,29 @@ def test_a_cursor_of_deeply_nested_json_reads_page_one(feeds):
     cursor = base64.urlsafe_b64encode(b"[" * 3000).rstrip(b"=").decode()
     r = feeds.test_client().get(f"/xrpc/com.example.post.listRecords?actor={A}&cursor={cursor}")
     assert (r.status_code, r.json) == (200, {"records": []})
+
+
+def test_a_relay_retry_after_in_unicode_digits_is_ignored_not_a_crash():
+    from feather.network.rebuild import retry_after_secs
+
+    # float("²") raises and float("٣") is 3.0: a relay's header must be ASCII digits or a date.
+    assert [retry_after_secs(v) for v in ("²", "①", "٣", "３", "120")] == [None, None, None, None, 120.0]
+
+
+@pytest.mark.parametrize("expires_in", ["²", "٣", "soon", True, -5, "0"])
+def test_an_oauth_token_reply_with_an_odd_expires_in_signs_in_with_the_default_lifetime(fake, expires_in):  # noqa: F811
+    import time
+
+    from feather.db import db
+
+    def token(req):
+        status, headers, body = fake.token(req)
+        return status, headers, {**body, "expires_in": expires_in}
+
+    fake.srv.route("POST /oauth/token", token)
+    before = int(time.time())
+    r = fake.client.get("/oauth/callback", query_string=start(fake)[1])
+    assert (r.status_code, r.headers["Location"]) == (303, "/about")
+    with fake.app.app_context(), db.connection_context():
+        (expires_at,) = db.execute_sql("SELECT expires_at FROM auth_grant").fetchone()
+    assert before + 300 <= expires_at <= int(time.time()) + 300

@@ -43,7 +43,7 @@ def test_password_sign_in_never_redirects_off_site_or_fails(make_app, value):
     assert (r.status_code, r.headers["Location"]) == (303, "/")
 
 
-def start_with_next(fake, client, next_value: str) -> dict:
+def start_with_next(fake, client, next_value: str) -> dict:  # noqa: F811
     r = client.post("/login", data={"identifier": "alice.test", "csrf_token": _csrf(client), "next": next_value})
     assert r.status_code == 303, r.data
     request_uri = parse_qs(urlsplit(r.headers["Location"]).query)["request_uri"][0]
@@ -98,3 +98,16 @@ def test_demo_sign_in_keeps_next_on_this_site(make_app):
     assert (r.status_code, r.headers["Location"]) == (303, "/")
     r = client.get("/demo/sign-in", query_string={"as": "ada", "next": "/network"})
     assert (r.status_code, r.headers["Location"]) == (303, "/network")
+
+
+def test_a_failed_callback_spends_the_state_in_this_browser_too(fake):  # noqa: F811
+    """Single use is kept in the browser as well as on the server: after a callback that failed
+    (here the answer named another issuer), the same state is refused by the browser check,
+    before the server's record is even looked at."""
+    _, callback = start(fake)
+    r = fake.client.get("/oauth/callback", query_string={**callback, "iss": "https://evil.example.com"})
+    assert r.status_code == 400
+    r = fake.client.get("/oauth/callback", query_string=callback)
+    assert r.status_code == 400
+    assert b"This sign-in was not started in this browser, or was already used." in r.data
+    assert fake.srv.calls("POST /oauth/token") == []

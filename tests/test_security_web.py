@@ -165,3 +165,26 @@ def test_an_existing_sqlite_file_keeps_its_mode(tmp_path):
     path.chmod(0o640)
     make_database(f"sqlite:///{path}")
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_a_same_for_everyone_page_that_sets_a_cookie_is_not_public(make_app):
+    """The catalogue's exemption holds only while nothing of the visitor goes out: a view under
+    same_for_everyone that sets a cookie is made private like any other page."""
+    from flask import make_response
+
+    from feather.network.views import same_for_everyone
+
+    app = make_app()
+
+    @app.get("/test-same")
+    @same_for_everyone
+    def same_page():
+        response = make_response("the same for all")
+        if "cookie" in request_args():
+            response.set_cookie("seen", "1")
+        return response
+
+    client = app.test_client()
+    assert client.get("/test-same").headers["Cache-Control"] == "public, max-age=300"
+    r = client.get("/test-same?cookie=1")
+    assert (r.headers["Cache-Control"], r.headers["Set-Cookie"].split(";")[0]) == ("private, no-store", "seen=1")

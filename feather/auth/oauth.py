@@ -17,6 +17,7 @@ from joserfc.jwk import ECKey
 from feather.auth import dpop
 from feather.config import ConfigError
 from feather.net import GuardedClient, NetError
+from feather.parsing import ascii_int
 
 log = logging.getLogger(__name__)
 
@@ -238,4 +239,10 @@ class OAuthClient:
             raise OAuthError("The sign-in server's reply is missing its tokens or account.")
         if "atproto" not in str(data.get("scope", "")).split():
             raise OAuthError("The sign-in server did not grant the atproto scope.")
+        # The person picks the server: a lifetime it cannot spell (`"²"`, `true`, `-5`) means the
+        # default one (None), never a ValueError (a 500 on the callback) or a token taken as fresh.
+        raw = data.get("expires_in")
+        if not (isinstance(raw, int) and not isinstance(raw, bool)):
+            raw = ascii_int(raw)
+        data["expires_in"] = raw if raw is not None and raw > 0 else None
         return data

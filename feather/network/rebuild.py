@@ -29,6 +29,7 @@ from feather.db import current_dialect, db
 from feather.network import store
 from feather.network.apply import record_fields
 from feather.network.relay import COLLECTION, RelayClient, RelayError, RelayRateLimited
+from feather.parsing import ascii_int
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +188,8 @@ def retry_after_secs(value: str | None, now: float | None = None) -> float | Non
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return min(float(value), MAX_RETRY_AFTER_SECS)
+    if ascii_int(value) is not None:  # not isdigit(): float("²") raises, float("٣") is 3.0
+        return min(float(ascii_int(value)), MAX_RETRY_AFTER_SECS)
     try:
         when = email.utils.parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, IndexError):
