@@ -348,3 +348,25 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
     assert sorted(w[1:3] + (w[4],) for w in pds.writes) == [
         ("did:plc:alice", "sh.tangled.graph.follow", BOB), ("did:plc:alice", "social.grain.graph.follow", BOB),
         ("did:plc:dave", "sh.tangled.graph.follow", CAROL), ("did:plc:dave", "social.grain.graph.follow", CAROL)]
+
+
+def test_an_observed_delete_is_remembered_for_the_lookback_and_a_day_then_trimmed(env):
+    """The delete memory must outlive any replay the consumer can make (a shard resumes up to its
+    lookback back): cleanup keeps it max(2 days, lookback + 1 day) after it was seen, not less."""
+    from feather.sync import service
+    from feather.sync.store import rows
+
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
+    env.deliver(follow, unfollow)
+    seen_at = env.clock()
+    assert service.cleanup(seen_at + 2 * 86400, 0)["tombstones"] == 0  # the default lookback (1 day): two days
+    lookback_us = 3 * 86400 * 1_000_000  # a shard allowed to resume three days back: four days
+    assert service.cleanup(seen_at + 4 * 86400, lookback_us)["tombstones"] == 0
+    env.deliver(follow, unfollow)  # that shard's replay, four days later
+    assert env.mirror() == []
+    assert [q[5] for q in env.queue()] == ["cancelled"]
+    assert service.cleanup(seen_at + 4 * 86400 + 1, lookback_us)["tombstones"] == 1
+    assert rows("SELECT COUNT(*) FROM sync_observed_deletes") == [(0,)]
