@@ -199,15 +199,21 @@ def test_signing_in_again_resumes_a_set_paused_for_its_session_but_not_one_pause
     from feather.sync import service
     from feather.sync.store import get_set, pause, rows
 
+    env.pds.add_profile(BOB, TANGLED_PROFILE)
     env.enable(ALICE, ["bluesky", "tangled"])
     env.follow(ALICE, BSKY, BOB)
     env.echo()
+    env.pds.faults = ["401"]
+    env.run()  # the PDS refused the session: the lane is parked for five minutes
+    assert rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(env.clock() + 300,)]
     pause(ALICE, "signed out", env.clock())
     env.clock.advance(10)
     assert service.resume_after_sign_in(ALICE, env.clock()) is True
     state = get_set(ALICE)
     assert (state.paused, state.next_sweep_at) == (False, env.clock())
     assert rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(0,)]
+    assert env.run() == 1  # drained at once, not when the park would have ended
+    assert list(env.pds.records(ALICE, TANGLED).values()) == [BOB]
     service.configure(ALICE, env.settings, env.clock(), paused=True)
     assert service.resume_after_sign_in(ALICE, env.clock()) is False
     assert get_set(ALICE).paused is True
@@ -370,3 +376,25 @@ def test_an_observed_delete_is_remembered_for_the_lookback_and_a_day_then_trimme
     assert [q[5] for q in env.queue()] == ["cancelled"]
     assert service.cleanup(seen_at + 4 * 86400 + 1, lookback_us)["tombstones"] == 1
     assert rows("SELECT COUNT(*) FROM sync_observed_deletes") == [(0,)]
+
+
+def test_an_unfollow_reaches_a_follow_that_failed_for_good_after_its_write_landed(env):
+    """The fifth try timed out after the PDS wrote the record (so the row failed for good) and its
+    echo has not come yet: the owner's unfollow must still delete that record."""
+    env.pds.add_profile(BOB, TANGLED_PROFILE)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.deliver(follow)
+    env.seen = len(env.pds.log)
+    env.pds.faults = ["500"] * 4 + ["timeout_after_success"]
+    for _ in range(5):
+        env.run()
+        env.clock.advance(3600)
+    assert [(q[0], q[5]) for q in env.queue()] == [("tangled", "failed")]
+    [landed] = env.pds.records(ALICE, TANGLED)
+    assert env.mirror()[-1][1:] == (landed, BOB, 1, "failed")
+    env.deliver(env.pds.user_unfollow(ALICE, BSKY, follow.rkey))  # before the create's echo
+    env.run()
+    assert env.pds.records(ALICE, TANGLED) == {}
+    assert [w[0] for w in env.pds.writes] == ["create", "delete"]
