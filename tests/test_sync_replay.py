@@ -398,3 +398,63 @@ def test_an_unfollow_reaches_a_follow_that_failed_for_good_after_its_write_lande
     env.run()
     assert env.pds.records(ALICE, TANGLED) == {}
     assert [w[0] for w in env.pds.writes] == ["create", "delete"]
+
+
+def test_a_sweep_that_lists_before_a_lagging_delete_arrives_still_propagates_the_unfollow(env):
+    """The owner unfollows on Bluesky; the sweep lists before the shard delivers that delete, so it
+    finds the record gone. The delete, when it comes, must still unfollow on Tangled (found by the
+    property test: the sweep used to forget the record, and the late delete found nothing)."""
+    from feather.sync import backfill, service
+    from feather.sync.store import execute
+
+    env.pds.add_profile(BOB, TANGLED_PROFILE)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.echo()
+    _sync(env)
+    [copy] = env.pds.records(ALICE, TANGLED)
+    env.clock.advance(30)
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)  # not delivered yet: the shard lags
+    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    assert backfill.sweep_due(env.clock, env.settings) == [ALICE]
+    while backfill.burst(env.pds, env.clock):
+        pass
+    assert [(r[0], r[4]) for r in env.mirror()] == [("bluesky", "dropped"), ("tangled", "live")]
+    env.deliver(unfollow)
+    assert [(q[0], q[1], q[3], q[5]) for q in env.queue() if q[1] == "unfollow"] == [
+        ("tangled", "unfollow", copy, "pending")]
+    _sync(env)
+    assert env.pds.records(ALICE, TANGLED) == {}
+    assert env.mirror() == []
+    assert service.cleanup(env.clock() + 3 * 86400)["tombstones"] == 2  # both deletes remembered, then trimmed
+
+
+def test_a_newer_follow_a_sweep_mirrored_before_a_lagging_delete_is_propagated_after_it(env):
+    """Unfollow on Bluesky, then follow again on Tangled; the sweep lists both before the shard
+    delivers the delete. The delete removes sync's older Tangled copy and cancels what was queued
+    for the subject, but the owner's newer Tangled follow stays, so Bluesky gets the follow back."""
+    from feather.sync import backfill
+    from feather.sync.store import execute
+
+    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
+        env.pds.add_profile(BOB, profile)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.echo()
+    _sync(env)
+    [copy] = env.pds.records(ALICE, TANGLED)
+    env.clock.advance(30)
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
+    again = env.follow(ALICE, TANGLED, BOB)  # neither event delivered yet: the shard lags
+    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    backfill.sweep_due(env.clock, env.settings)
+    while backfill.burst(env.pds, env.clock):
+        pass
+    env.deliver(unfollow, again)
+    assert [(q[0], q[1], q[3]) for q in env.queue() if q[5] == "pending"] == [
+        ("tangled", "unfollow", copy), ("bluesky", "follow", None)]
+    _sync(env)
+    assert env.pds.records(ALICE, TANGLED) == {again.rkey: BOB}
+    assert list(env.pds.records(ALICE, BSKY).values()) == [BOB]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from feather.sync.store import execute, rows, scalar
 
+# Mirror states: live, pending (sync is writing it), failed (sync's write failed for good; it may
+# have landed), deleting / gone (sync's unfollow and its tombstone), dropped (a complete listing
+# found the record gone; kept until the cleanup so a delete the stream brings late still unfollows).
 ACTIVE = ("live", "pending")  # mirror states that mean "the owner follows this subject here"
 _ACTIVE_SQL = "('live', 'pending')"
 # Records an unfollow must reach: also a follow that failed for good, whose write may have landed
