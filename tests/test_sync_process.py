@@ -181,7 +181,8 @@ class Owner(Person):
         main = re.search(r"<main[^>]*>(.*)</main>", r.text, re.DOTALL)
         body = re.sub(r"<(script|style)[^>]*>.*?</\1>", "", main.group(1) if main else r.text, flags=re.DOTALL)
         body = re.sub(r"</(p|li|h\d|dt|dd|legend|label|button|div|section|ul|ol)>|<br\s*/?>", "\n", body)
-        lines = [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", line)).split()) for line in body.splitlines()]
+        body = re.sub(r"<[^>]+>", " ", body)  # over the whole text: a tag's attributes may span lines
+        lines = [" ".join(html.unescape(line).split()) for line in body.splitlines()]
         text = "\n".join(line for line in lines if line)
         assert "did:" not in text, f"{self.label}: a raw DID on the page:\n{text}"
         return text
