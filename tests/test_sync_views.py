@@ -309,3 +309,21 @@ def test_pages_404_when_the_instance_offers_fewer_than_two_apps(make_app):
     assert client.get(PAGE).status_code == 404
     assert "does not offer graph sync" in client.get("/sync").get_data(as_text=True)
     assert "Manage social graph sync" not in client.get("/u/alice.test").get_data(as_text=True)
+
+
+def test_an_unfollow_that_failed_for_good_is_counted_as_a_change_not_a_follow(world):
+    from feather.sync.store import execute, now_s
+
+    app, client, pds = world
+    sign_in(app, client)
+    client.post(PAGE, data={"action": "enable", "confirm": "1", "apps": ["bluesky", "tangled"],
+                            "csrf_token": csrf(client)})
+    now = now_s()
+    in_db(app, lambda: execute(
+        "INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, attempts, last_error,"
+        " created_at, updated_at) VALUES (?, 'tangled', 'unfollow', ?, '3kfailedunf22', 'event', 'failed', 5,"
+        " 'internal error', ?, ?)", ALICE, BOB, now, now))
+    body = client.get(PAGE + "/progress").get_data(as_text=True)
+    assert app_lines(body)[1] == ("Tangled", ["Listing", "0 follows listed so far", "To write",
+                                              "Nothing waiting to be written.", "Failed",
+                                              "1 change could not be written"])
