@@ -213,6 +213,10 @@ def converge(world: World):
 @example(initial={"profiles": {("tangled", "did:plc:s1"), ("bluesky", "did:plc:s1")}, "before": []},
          ops=[("follow", "bluesky", "did:plc:s1"), ("deliver", 1), ("run", 0), ("deliver", 1), ("advance", 30),
               ("unfollow", "bluesky", 0), ("sweep", 0), ("deliver", 1), ("run", 0)])
+# ...and the sweep's follow of the newer record was claimed (a 429 kept it queued) when the delete came.
+@example(initial={"profiles": {("bluesky", "did:plc:s2")}, "before": [("bluesky", "did:plc:s2")]},
+         ops=[("fault", "429"), ("unfollow", "bluesky", 0), ("advance", 30), ("follow", "tangled", "did:plc:s2"),
+              ("sweep", 0), ("run", 0)])
 def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, ops):
     from feather.db import db
     from feather.sync.pacer import Budget

@@ -453,6 +453,39 @@ def test_a_newer_follow_a_sweep_mirrored_before_a_lagging_delete_is_propagated_a
     while backfill.burst(env.pds, env.clock):
         pass
     env.deliver(unfollow, again)
+    # The sweep queued the Bluesky follow of the newer record; the delete keeps it (caused after it).
+    assert [(q[0], q[1], q[3]) for q in env.queue() if q[5] == "pending"] == [
+        ("bluesky", "follow", None), ("tangled", "unfollow", copy)]
+    _sync(env)
+    assert env.pds.records(ALICE, TANGLED) == {again.rkey: BOB}
+    assert list(env.pds.records(ALICE, BSKY).values()) == [BOB]
+
+
+def test_a_newer_follow_listed_while_a_delete_lags_is_propagated_once_the_delete_arrives(env):
+    """The sweep lists Bluesky (the follow is there), then the owner unfollows on Bluesky and follows
+    again on Tangled, then the sweep lists Tangled: Bluesky still looks followed, so nothing is
+    queued. When the lagging delete arrives, the owner's newer Tangled follow must reach Bluesky."""
+    from feather.sync import backfill
+    from feather.sync.store import execute
+
+    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
+        env.pds.add_profile(BOB, profile)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.echo()
+    _sync(env)
+    [copy] = env.pds.records(ALICE, TANGLED)
+    env.clock.advance(30)
+    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    backfill.sweep_due(env.clock, env.settings)
+    assert backfill.burst(env.pds, env.clock, max_tasks=1) == 1  # Bluesky listed: the follow is there
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
+    again = env.follow(ALICE, TANGLED, BOB)  # neither event delivered yet
+    while backfill.burst(env.pds, env.clock):
+        pass
+    assert [q for q in env.queue() if q[5] == "pending"] == []
+    env.deliver(unfollow, again)
     assert [(q[0], q[1], q[3]) for q in env.queue() if q[5] == "pending"] == [
         ("tangled", "unfollow", copy), ("bluesky", "follow", None)]
     _sync(env)

@@ -98,7 +98,7 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
         execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, created_at, updated_at)"
                 " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
                 owner, other_app, subject, rkey, now, now)
-    queue.cancel_pending_follows(owner, subject, now)
+    queue.cancel_pending_follows(owner, subject, now, event.time_us)
     execute("DELETE FROM sync_waiting WHERE owner_did = ? AND subject = ?", owner, subject)
     # A record born after this delete is a follow the owner made since; a listing can mirror it
     # before a lagging stream brings this delete. It stays, so it propagates once more.

@@ -82,9 +82,13 @@ def records_born_before(owner: str, subject: str, time_us: int) -> list[tuple[st
         f" AND born_us < ? ORDER BY app, rkey", owner, subject, time_us)]
 
 
-def cancel_pending_follows(owner: str, subject: str, now: int) -> int:
+def cancel_pending_follows(owner: str, subject: str, now: int, before_us: int) -> int:
+    """Cancel the queued follows of subject that an unfollow at before_us undoes: those caused by a
+    record born before it. A follow caused by a newer record (the owner followed again since, and a
+    listing saw it before the stream brought the unfollow) stays queued."""
     return execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND subject = ?"
-                   " AND status = 'pending' AND kind = 'follow'", now, owner, subject).rowcount
+                   " AND status = 'pending' AND kind = 'follow' AND cause_us < ?", now, owner, subject,
+                   before_us).rowcount
 
 
 def add_waiting(owner: str, app: str, subject: str, now: int, next_check_at: int, cause_us: int = 0) -> None:
