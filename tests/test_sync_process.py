@@ -33,8 +33,10 @@ Timing and counts are printed (`-s` shows them); nothing asserts on time.
 from __future__ import annotations
 
 import collections
+import html
 import json
 import random
+import re
 import secrets
 import string
 import time
@@ -171,6 +173,28 @@ class Owner(Person):
     def preview(self) -> requests.Response:
         return self.get("/api/sync/preview", params={"apps": ",".join(APPS)}, timeout=60)
 
+    def page(self) -> str:
+        """The owner's sync page as a person without JavaScript reads it: its text, one line per block.
+        No raw DID may appear on it (people are named by handle, or "someone ..." until looked up)."""
+        r = self.get(f"/u/{self.acct.handle}/social-graph-sync")
+        assert r.status_code == 200, f"{self.label}: the sync page -> {r.status_code}"
+        main = re.search(r"<main[^>]*>(.*)</main>", r.text, re.DOTALL)
+        body = re.sub(r"<(script|style)[^>]*>.*?</\1>", "", main.group(1) if main else r.text, flags=re.DOTALL)
+        body = re.sub(r"</(p|li|h\d|dt|dd|legend|label|button|div|section|ul|ol)>|<br\s*/?>", "\n", body)
+        body = re.sub(r"<[^>]+>", " ", body)  # over the whole text: a tag's attributes may span lines
+        lines = [" ".join(html.unescape(line).split()) for line in body.splitlines()]
+        text = "\n".join(line for line in lines if line)
+        assert "did:" not in text, f"{self.label}: a raw DID on the page:\n{text}"
+        return text
+
+    def show_page(self, when: str, activity_lines: int = 4) -> None:
+        """Print what the person sees at this step: the page down to a few Activity lines."""
+        text = self.page()
+        head, _, activity = text.partition("\nActivity\n")
+        shown = activity.splitlines()[:activity_lines]
+        print(f"  --- {self.label}'s page {when} ---\n    " + head.replace("\n", "\n    ")
+              + "\n    Activity\n    " + "\n    ".join(shown), flush=True)
+
     def activity(self, limit: int = 8) -> list[dict]:
         return _ok(self.get("/api/sync/activity", params={"limit": limit}), f"{self.label}: GET /api/sync/activity")["activity"]
 
@@ -286,6 +310,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
         assert (job.value["enabled"], job.value["apps"]) == (True, list(APPS)), job.value
         print(f"  {owner.label} after turning sync on: {brief(job.value)}")
     mark("sync turned on for both owners (bluesky, tangled, grain)")
+    owners[0].show_page("right after turning sync on")
 
     # 2. kill -9 mid-backfill: some app listed (Grain's short listing is done), not all.
     seen = {}
@@ -296,15 +321,18 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     _wait(mid_backfill, 60, lambda: f"a first listing to finish: {seen}", interval=0.1)
     assert not all(s["backfill"].get("done") for s in seen.values()), \
         f"the backfill finished before the kill; the listings are too short for a kill mid-backfill: {seen}"
+    owners[0].show_page("mid-backfill, just before the kill")
     svc.kill9()
     mark("kill -9 mid-backfill: " + "; ".join(f"{k}: {brief(v)}" for k, v in seen.items()))
     svc.start()
     mark("service restarted")
     for owner in owners:
         print(f"  {owner.label} after the restart: {brief(owner.state())}")
+    owners[1].show_page("after the restart")
     states = wait_drained(owners, svc, "backfill + union + writes after the restart")
     mark("backfill done and queues drained: " + "; ".join(f"{o.label}: {brief(s)}" for o, s in zip(owners, states)))
     check_repos(pds, model, owner_accts, "after the backfill", mark)
+    owners[0].show_page("once the backfill is written")
     for owner, state in zip(owners, states):
         assert state["waiting"] == model.waiting(owner.acct.did), (owner.label, brief(state))
         assert state["queue"]["failed"] == 0, (owner.label, brief(state), owner.activity(20))
@@ -327,6 +355,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     mark("unfollows + a live follow applied and drained: "
          + "; ".join(f"{o.label}: {brief(s)}" for o, s in zip(owners, states)))
     check_repos(pds, model, owner_accts, "after the unfollows", mark)
+    owners[1].show_page("after their unfollow and a new follow")
 
     # 4. The replay case (issue 13, point 2), for owner 1.
     one, acct = owners[0], owner_accts[0]
@@ -362,6 +391,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     model.follow(acct.did, "grain", m.did, marker)
     wait_applied(svc, tap.time_of(acct.did, FOLLOW["grain"], marker, "create"), "a later event (the replays are done)")
     print(f"  owner1 after the replays, still paused: {brief(one.state())}")
+    one.show_page("paused, after the replays")
     print(f"  owner1 resumes: {brief(one.change(paused=False))}")
     states = wait_drained(owners, svc, "the replay case after resuming")
     mark("queues drained after the replay: " + "; ".join(f"{o.label}: {brief(s)}" for o, s in zip(owners, states)))
@@ -382,6 +412,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     done = sum(s["queue"].get("done", 0) for s in states)
     mark(f"every repo exactly as expected, no duplicates: records per (owner, app) {counts}; "
          f"queue rows done {done}")
+    one.show_page("at the end", activity_lines=8)
 
 
 def wait_applied(svc: ServiceProcess, time_us: int, what: str) -> None:

@@ -38,6 +38,7 @@ op = st.one_of(
     st.tuples(st.just("replay"), st.integers(1, 8)),  # re-deliver the last n delivered events
     st.tuples(st.just("failbatch"), st.integers(1, 4)),  # a batch that raises half-way, rolled back
     st.tuples(st.just("crash"), st.sampled_from(["before", "after"])),  # the runner's next write
+    st.tuples(st.just("sweep"), st.just(0)),  # a sweep's listing, while the stream may lag behind it
 )
 start = st.fixed_dictionaries({
     "profiles": st.sets(st.tuples(st.sampled_from(APPS), st.sampled_from(SUBJECTS))),
@@ -135,6 +136,16 @@ class World:
         except RuntimeError:
             pass
 
+    def sweep(self) -> None:
+        """The daily sweep, made due now: it lists every app, even records the stream has not delivered."""
+        from feather.sync import backfill
+        from feather.sync.store import execute
+
+        execute("UPDATE sync_sets SET next_sweep_at = 0")
+        backfill.sweep_due(self.env.clock, self.env.settings)
+        while backfill.burst(self.pds, self.env.clock):
+            pass
+
     def user_follow(self, app, subject):
         event = self.env.follow(ALICE, self.by_key[app].follow, subject)
         self.owner_born[(event.collection, event.rkey)] = event.time_us
@@ -198,6 +209,14 @@ def converge(world: World):
 @example(initial={"profiles": {("tangled", "did:plc:s2"), ("sifa", "did:plc:s2")}, "before": [("sifa", "did:plc:s2")]},
          ops=[("fault", "timeout_after_success"), ("run", 0), ("fault", "500"), ("advance", 300), ("run", 0),
               ("deliver", 4), ("unfollow", "sifa", 0), ("deliver", 4), ("run", 0)])
+# A sweep lists after the owner unfollowed but before the stream delivered the delete.
+@example(initial={"profiles": {("tangled", "did:plc:s1"), ("bluesky", "did:plc:s1")}, "before": []},
+         ops=[("follow", "bluesky", "did:plc:s1"), ("deliver", 1), ("run", 0), ("deliver", 1), ("advance", 30),
+              ("unfollow", "bluesky", 0), ("sweep", 0), ("deliver", 1), ("run", 0)])
+# ...and the sweep's follow of the newer record was claimed (a 429 kept it queued) when the delete came.
+@example(initial={"profiles": {("bluesky", "did:plc:s2")}, "before": [("bluesky", "did:plc:s2")]},
+         ops=[("fault", "429"), ("unfollow", "bluesky", 0), ("advance", 30), ("follow", "tangled", "did:plc:s2"),
+              ("sweep", 0), ("run", 0)])
 def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, ops):
     from feather.db import db
     from feather.sync.pacer import Budget
@@ -252,6 +271,8 @@ def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, op
                 world.failing_batch(a)
             elif kind == "crash":
                 world.crash = a
+            elif kind == "sweep":
+                world.sweep()
         world.crash = None
         converge(world)
 

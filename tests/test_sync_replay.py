@@ -199,15 +199,21 @@ def test_signing_in_again_resumes_a_set_paused_for_its_session_but_not_one_pause
     from feather.sync import service
     from feather.sync.store import get_set, pause, rows
 
+    env.pds.add_profile(BOB, TANGLED_PROFILE)
     env.enable(ALICE, ["bluesky", "tangled"])
     env.follow(ALICE, BSKY, BOB)
     env.echo()
+    env.pds.faults = ["401"]
+    env.run()  # the PDS refused the session: the lane is parked for five minutes
+    assert rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(env.clock() + 300,)]
     pause(ALICE, "signed out", env.clock())
     env.clock.advance(10)
     assert service.resume_after_sign_in(ALICE, env.clock()) is True
     state = get_set(ALICE)
     assert (state.paused, state.next_sweep_at) == (False, env.clock())
     assert rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(0,)]
+    assert env.run() == 1  # drained at once, not when the park would have ended
+    assert list(env.pds.records(ALICE, TANGLED).values()) == [BOB]
     service.configure(ALICE, env.settings, env.clock(), paused=True)
     assert service.resume_after_sign_in(ALICE, env.clock()) is False
     assert get_set(ALICE).paused is True
@@ -348,3 +354,140 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
     assert sorted(w[1:3] + (w[4],) for w in pds.writes) == [
         ("did:plc:alice", "sh.tangled.graph.follow", BOB), ("did:plc:alice", "social.grain.graph.follow", BOB),
         ("did:plc:dave", "sh.tangled.graph.follow", CAROL), ("did:plc:dave", "social.grain.graph.follow", CAROL)]
+
+
+def test_an_observed_delete_is_remembered_for_the_lookback_and_a_day_then_trimmed(env):
+    """The delete memory must outlive any replay the consumer can make (a shard resumes up to its
+    lookback back): cleanup keeps it max(2 days, lookback + 1 day) after it was seen, not less."""
+    from feather.sync import service
+    from feather.sync.store import rows
+
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
+    env.deliver(follow, unfollow)
+    seen_at = env.clock()
+    assert service.cleanup(seen_at + 2 * 86400, 0)["tombstones"] == 0  # the default lookback (1 day): two days
+    lookback_us = 3 * 86400 * 1_000_000  # a shard allowed to resume three days back: four days
+    assert service.cleanup(seen_at + 4 * 86400, lookback_us)["tombstones"] == 0
+    env.deliver(follow, unfollow)  # that shard's replay, four days later
+    assert env.mirror() == []
+    assert [q[5] for q in env.queue()] == ["cancelled"]
+    assert service.cleanup(seen_at + 4 * 86400 + 1, lookback_us)["tombstones"] == 1
+    assert rows("SELECT COUNT(*) FROM sync_observed_deletes") == [(0,)]
+
+
+def test_an_unfollow_reaches_a_follow_that_failed_for_good_after_its_write_landed(env):
+    """The fifth try timed out after the PDS wrote the record (so the row failed for good) and its
+    echo has not come yet: the owner's unfollow must still delete that record."""
+    env.pds.add_profile(BOB, TANGLED_PROFILE)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.deliver(follow)
+    env.seen = len(env.pds.log)
+    env.pds.faults = ["500"] * 4 + ["timeout_after_success"]
+    for _ in range(5):
+        env.run()
+        env.clock.advance(3600)
+    assert [(q[0], q[5]) for q in env.queue()] == [("tangled", "failed")]
+    [landed] = env.pds.records(ALICE, TANGLED)
+    assert env.mirror()[-1][1:] == (landed, BOB, 1, "failed")
+    env.deliver(env.pds.user_unfollow(ALICE, BSKY, follow.rkey))  # before the create's echo
+    env.run()
+    assert env.pds.records(ALICE, TANGLED) == {}
+    assert [w[0] for w in env.pds.writes] == ["create", "delete"]
+
+
+def test_a_sweep_that_lists_before_a_lagging_delete_arrives_still_propagates_the_unfollow(env):
+    """The owner unfollows on Bluesky; the sweep lists before the shard delivers that delete, so it
+    finds the record gone. The delete, when it comes, must still unfollow on Tangled (found by the
+    property test: the sweep used to forget the record, and the late delete found nothing)."""
+    from feather.sync import backfill, service
+    from feather.sync.store import execute
+
+    env.pds.add_profile(BOB, TANGLED_PROFILE)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.echo()
+    _sync(env)
+    [copy] = env.pds.records(ALICE, TANGLED)
+    env.clock.advance(30)
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)  # not delivered yet: the shard lags
+    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    assert backfill.sweep_due(env.clock, env.settings) == [ALICE]
+    while backfill.burst(env.pds, env.clock):
+        pass
+    assert [(r[0], r[4]) for r in env.mirror()] == [("bluesky", "dropped"), ("tangled", "live")]
+    env.deliver(unfollow)
+    assert [(q[0], q[1], q[3], q[5]) for q in env.queue() if q[1] == "unfollow"] == [
+        ("tangled", "unfollow", copy, "pending")]
+    _sync(env)
+    assert env.pds.records(ALICE, TANGLED) == {}
+    assert env.mirror() == []
+    assert service.cleanup(env.clock() + 3 * 86400)["tombstones"] == 2  # both deletes remembered, then trimmed
+
+
+def test_a_newer_follow_a_sweep_mirrored_before_a_lagging_delete_is_propagated_after_it(env):
+    """Unfollow on Bluesky, then follow again on Tangled; the sweep lists both before the shard
+    delivers the delete. The delete removes sync's older Tangled copy and cancels what was queued
+    for the subject, but the owner's newer Tangled follow stays, so Bluesky gets the follow back."""
+    from feather.sync import backfill
+    from feather.sync.store import execute
+
+    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
+        env.pds.add_profile(BOB, profile)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.echo()
+    _sync(env)
+    [copy] = env.pds.records(ALICE, TANGLED)
+    env.clock.advance(30)
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
+    again = env.follow(ALICE, TANGLED, BOB)  # neither event delivered yet: the shard lags
+    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    backfill.sweep_due(env.clock, env.settings)
+    while backfill.burst(env.pds, env.clock):
+        pass
+    env.deliver(unfollow, again)
+    # The sweep queued the Bluesky follow of the newer record; the delete keeps it (caused after it).
+    assert [(q[0], q[1], q[3]) for q in env.queue() if q[5] == "pending"] == [
+        ("bluesky", "follow", None), ("tangled", "unfollow", copy)]
+    _sync(env)
+    assert env.pds.records(ALICE, TANGLED) == {again.rkey: BOB}
+    assert list(env.pds.records(ALICE, BSKY).values()) == [BOB]
+
+
+def test_a_newer_follow_listed_while_a_delete_lags_is_propagated_once_the_delete_arrives(env):
+    """The sweep lists Bluesky (the follow is there), then the owner unfollows on Bluesky and follows
+    again on Tangled, then the sweep lists Tangled: Bluesky still looks followed, so nothing is
+    queued. When the lagging delete arrives, the owner's newer Tangled follow must reach Bluesky."""
+    from feather.sync import backfill
+    from feather.sync.store import execute
+
+    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
+        env.pds.add_profile(BOB, profile)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.seen = len(env.pds.log)
+    follow = env.follow(ALICE, BSKY, BOB)
+    env.echo()
+    _sync(env)
+    [copy] = env.pds.records(ALICE, TANGLED)
+    env.clock.advance(30)
+    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    backfill.sweep_due(env.clock, env.settings)
+    assert backfill.burst(env.pds, env.clock, max_tasks=1) == 1  # Bluesky listed: the follow is there
+    unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
+    again = env.follow(ALICE, TANGLED, BOB)  # neither event delivered yet
+    while backfill.burst(env.pds, env.clock):
+        pass
+    assert [q for q in env.queue() if q[5] == "pending"] == []
+    env.deliver(unfollow, again)
+    assert [(q[0], q[1], q[3]) for q in env.queue() if q[5] == "pending"] == [
+        ("tangled", "unfollow", copy), ("bluesky", "follow", None)]
+    _sync(env)
+    assert env.pds.records(ALICE, TANGLED) == {again.rkey: BOB}
+    assert list(env.pds.records(ALICE, BSKY).values()) == [BOB]

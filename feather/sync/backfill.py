@@ -73,8 +73,8 @@ def _store_page(task, page: list[tuple[str, str]], next_cursor: str | None, now:
             for other in sync_set.apps:
                 if other not in have:
                     queue.enqueue_follow(owner, other, subject, "sweep", now, cause_us=born)
-        elif known is not None and known[1] in ("pending", "failed"):
-            queue.set_mirror_state(owner, app, rkey, "live", now)  # sync's write is there after all
+        elif known is not None and known[1] in ("pending", "failed", "dropped"):
+            queue.set_mirror_state(owner, app, rkey, "live", now)  # the record is there after all
     # A page that arrived clears the last failure: the page shows listing trouble only while it lasts.
     execute("UPDATE sync_backfill_tasks SET cursor = ?, listed = listed + ?, attempts = 0, last_error = NULL"
             " WHERE id = ?", next_cursor, len(page), task_id)
@@ -82,17 +82,19 @@ def _store_page(task, page: list[tuple[str, str]], next_cursor: str | None, now:
         execute("UPDATE sync_backfill_tasks SET status = 'done', finished_at = ? WHERE id = ?", now, task_id)
         # Backfill too: a set turned off and on again kept mirror rows of records deleted meanwhile,
         # and those must not count as followed (the preview, which lists afresh, does not count them).
-        _drop_gone(owner, app, started_at)
+        _drop_gone(owner, app, started_at, now)
         union(owner, now)
 
 
-def _drop_gone(owner: str, app: str, started_at: int) -> int:
+def _drop_gone(owner: str, app: str, started_at: int, now: int) -> int:
     """After a complete listing: rows not seen since before it started are records that are gone.
-    Only the mirror row goes; nothing is deleted anywhere (the residual risk the spec accepts)."""
-    return execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND last_seen_at < ?"
-                   " AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey FROM sync_queue"
-                   " WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
-                   owner, app, started_at, owner, app).rowcount
+    They stop counting as follows but stay, as 'dropped', until the cleanup: the stream may not have
+    delivered the record's delete yet (a lagging or reconnecting shard), and that delete is still an
+    unfollow to propagate (the handler finds its subject here). Nothing is deleted anywhere."""
+    return execute("UPDATE sync_follow_mirror SET state = 'dropped', last_seen_at = ? WHERE owner_did = ? AND app = ?"
+                   " AND last_seen_at < ? AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey"
+                   " FROM sync_queue WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
+                   now, owner, app, started_at, owner, app).rowcount
 
 
 def union(owner: str, now: int) -> int:

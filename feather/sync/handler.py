@@ -8,7 +8,9 @@ Branches (docs/DESIGN.md, "Graph sync": the live flow):
                     unless the owner still has a confirmed record of the subject on that app (a
                     duplicate was cleaned up), cancel queued follows of the subject, purge its waits
                     and queue an unfollow for each of its records on the other apps that was born
-                    before the delete. The echo of sync's own delete propagates nothing.
+                    before the delete; a record born after it (the owner's newer follow, mirrored
+                    by a listing ahead of a lagging stream) stays and propagates again. The echo
+                    of sync's own delete propagates nothing.
   profile create -> queue a follow for every owner waiting on that subject on that app.
 
 Replays (cursor - 5 s after a restart, a host switch or a failed batch; up to the lookback for a
@@ -75,7 +77,8 @@ def follow_created(sets: _Sets, event: CommitEvent, now: int) -> None:
 def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
     app = registry.BY_FOLLOW[event.collection]
     owner = event.did
-    if sets.member(owner, app.key) is None:
+    sync_set = sets.member(owner, app.key)
+    if sync_set is None:
         return
     if deleted_at(owner, app.key, event.rkey) is not None:
         return  # a replay, or a second delivery: it was handled the first time
@@ -95,8 +98,17 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
         execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, created_at, updated_at)"
                 " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
                 owner, other_app, subject, rkey, now, now)
-    queue.cancel_pending_follows(owner, subject, now)
+    queue.cancel_pending_follows(owner, subject, now, event.time_us)
     execute("DELETE FROM sync_waiting WHERE owner_did = ? AND subject = ?", owner, subject)
+    # A record born after this delete is a follow the owner made since; a listing can mirror it
+    # before a lagging stream brings this delete. It stays, so it propagates once more.
+    newer = scalar("SELECT MAX(born_us) FROM sync_follow_mirror WHERE owner_did = ? AND subject = ?"
+                   " AND state IN ('live', 'pending') AND born_us >= ?", owner, subject, event.time_us)
+    if newer is not None:
+        have = queue.followed_on(owner, subject, staying=True)
+        for other in sync_set.apps:
+            if other not in have:
+                queue.enqueue_follow(owner, other, subject, "event", now, cause_us=newer)
 
 
 def profile_created(settings, event: CommitEvent, now: int) -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from feather.sync.store import execute, rows, scalar
 
+# Mirror states: live, pending (sync is writing it), failed (sync's write failed for good; it may
+# have landed), deleting / gone (sync's unfollow and its tombstone), dropped (a complete listing
+# found the record gone; kept until the cleanup so a delete the stream brings late still unfollows).
 ACTIVE = ("live", "pending")  # mirror states that mean "the owner follows this subject here"
 _ACTIVE_SQL = "('live', 'pending')"
 # Records an unfollow must reach: also a follow that failed for good, whose write may have landed
@@ -79,9 +82,13 @@ def records_born_before(owner: str, subject: str, time_us: int) -> list[tuple[st
         f" AND born_us < ? ORDER BY app, rkey", owner, subject, time_us)]
 
 
-def cancel_pending_follows(owner: str, subject: str, now: int) -> int:
+def cancel_pending_follows(owner: str, subject: str, now: int, before_us: int) -> int:
+    """Cancel the queued follows of subject that an unfollow at before_us undoes: those caused by a
+    record born before it. A follow caused by a newer record (the owner followed again since, and a
+    listing saw it before the stream brought the unfollow) stays queued."""
     return execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND subject = ?"
-                   " AND status = 'pending' AND kind = 'follow'", now, owner, subject).rowcount
+                   " AND status = 'pending' AND kind = 'follow' AND cause_us < ?", now, owner, subject,
+                   before_us).rowcount
 
 
 def add_waiting(owner: str, app: str, subject: str, now: int, next_check_at: int, cause_us: int = 0) -> None:

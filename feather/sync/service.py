@@ -203,7 +203,7 @@ def cleanup(now: int, lookback_us: int = 0) -> dict:
                              " WHERE owner_did = ? AND status = 'pending'",
                              f"paused for {PAUSED_CANCEL_DAYS} days", now, owner).rowcount
     keep = max(TOMBSTONE_SECS, lookback_us // 1_000_000 + pacer.DAY)
-    tombstones = execute("DELETE FROM sync_follow_mirror WHERE state = 'gone' AND last_seen_at < ?",
+    tombstones = execute("DELETE FROM sync_follow_mirror WHERE state IN ('gone', 'dropped') AND last_seen_at < ?",
                          now - keep).rowcount
     tombstones += execute("DELETE FROM sync_observed_deletes WHERE seen_at < ?", now - keep).rowcount
     horizon = now - KEEP_HISTORY_DAYS * pacer.DAY
