@@ -2,7 +2,7 @@
 
 A checkpoint fsyncs the database file; run by the batch writer's commit it held every greenlet
 of the process. Now the batch transaction (jetstream/store.py apply_batch) hands it to an OS
-thread once a second.
+thread once a second and writes on while it runs, until the WAL passes its bound.
 """
 from __future__ import annotations
 
@@ -38,19 +38,23 @@ def test_batches_checkpoint_the_wal_in_another_os_thread_once_a_second(app, monk
 
     def spy(path):
         calls.append(os_thread_id())
-        real(path)
+        return real(path)
 
     now = [1000.0]
     monkeypatch.setattr(dbmod, "_checkpoint", spy)
+    monkeypatch.setattr(dbmod, "_running", {})
     monkeypatch.setattr(dbmod, "_last_checkpoint", {})
     monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
     sub = _write("checkpoint-test")
     with app.app_context(), db.connection_context():
         store.apply_batch(sub, [_event(1)], None)
+        _finish()
         store.apply_batch(sub, [_event(2)], None)  # within the same second: no second checkpoint
+        _finish()
         assert len(calls) == 1
         now[0] += dbmod.CHECKPOINT_SECS
         store.apply_batch(sub, [_event(3)], None)
+        _finish()
     assert len(calls) == 2
     assert os_thread_id() not in calls  # never on the event loop's thread
 
@@ -59,11 +63,92 @@ def test_a_batch_inside_an_open_transaction_does_not_checkpoint(app, monkeypatch
     """Waiting for the checkpoint yields to other greenlets, which must never happen inside a
     SQLite write transaction (they would wait on its lock with the event loop held)."""
     calls = []
-    monkeypatch.setattr(dbmod, "_checkpoint", calls.append)
+    monkeypatch.setattr(dbmod, "_checkpoint", lambda path: calls.append(path) or (0, 0))
+    monkeypatch.setattr(dbmod, "_running", {})
     monkeypatch.setattr(dbmod, "_last_checkpoint", {})
     with app.app_context(), db.connection_context():
         with db.atomic():
             store.apply_batch(_write("nested-test"), [_event(1)], None)
         assert calls == []
         store.apply_batch(_write("nested-test"), [_event(2)], None)
+        _finish()
     assert len(calls) == 1
+
+
+def _finish() -> None:
+    for running in list(dbmod._running.values()):
+        running.wait(timeout=30)
+
+
+def test_the_writer_writes_on_while_a_checkpoint_runs(app, monkeypatch):
+    """The batch does not wait for the checkpoint it started; a second one does not start while
+    the first is in flight."""
+    release = monkey.get_original("threading", "Event")()
+    started = monkey.get_original("threading", "Event")()
+    calls = []
+    real = dbmod._checkpoint
+
+    def stuck(path):
+        calls.append(path)
+        started.set()
+        release.wait(30)
+        return real(path)
+
+    now = [1000.0]
+    monkeypatch.setattr(dbmod, "_checkpoint", stuck)
+    monkeypatch.setattr(dbmod, "_running", {})
+    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
+    monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
+    sub = _write("overlap-test")
+    try:
+        with app.app_context(), db.connection_context():
+            store.apply_batch(sub, [_event(1)], None)  # returns with the checkpoint still stuck
+            assert started.wait(30)
+            [first] = dbmod._running.values()
+            now[0] += 10 * dbmod.CHECKPOINT_SECS
+            store.apply_batch(sub, [_event(2)], None)
+            assert list(dbmod._running.values()) == [first] and not first.ready()
+            assert db.execute_sql("SELECT time_us FROM jetstream_cursor WHERE name = 'overlap-test'"
+                                  ).fetchone()[0] == 2
+            assert len(calls) == 1  # the one in flight is not joined by another
+    finally:
+        release.set()
+        _finish()
+
+
+def test_past_the_bound_the_writer_waits_for_a_checkpoint(app, monkeypatch):
+    """Overlapping checkpoints never let the WAL restart (it starts over only when a checkpoint
+    copied all of it before the next write). Once one reports the WAL past WAL_BOUND_BYTES, the
+    next batch waits for a checkpoint run with the writer idle; after it the WAL is no reason to
+    wait again."""
+    calls = []
+    real = dbmod._checkpoint
+    reported = [0]
+
+    def reporting(path):
+        calls.append(path)
+        frames, copied = real(path)
+        return frames + reported[0], copied
+
+    now = [1000.0]
+    monkeypatch.setattr(dbmod, "_checkpoint", reporting)
+    monkeypatch.setattr(dbmod, "_running", {})
+    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
+    monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
+    monkeypatch.setattr(dbmod, "WAL_BOUND_BYTES", 64 * 4096)
+    sub = _write("bound-test")
+    with app.app_context(), db.connection_context():
+        store.apply_batch(sub, [_event(1)], None)  # the second's checkpoint
+        _finish()
+        store.apply_batch(sub, [_event(2)], None)  # it reported a short WAL: nothing more this second
+        _finish()
+        assert len(calls) == 1
+        now[0] += dbmod.CHECKPOINT_SECS
+        reported[0] = 64
+        store.apply_batch(sub, [_event(3)], None)  # the next second's: it reports the WAL at the bound
+        _finish()
+        store.apply_batch(sub, [_event(4)], None)  # same second, but past the bound: waits for one
+        assert len(calls) == 3
+        assert dbmod._running == {}  # nothing in flight when the batch returns: it was waited for
+        store.apply_batch(sub, [_event(5)], None)  # the WAL started over: no reason to wait again
+        assert len(calls) == 3
