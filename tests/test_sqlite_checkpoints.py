@@ -28,11 +28,21 @@ def _write(name: str):
     return Subscription(name, ["app.bsky.feed.post"], [Handler("t", apply)])
 
 
+@pytest.fixture
+def clock(monkeypatch) -> list[float]:
+    """No checkpoint in flight or remembered, and a clock the test moves (clock[0])."""
+    now = [1000.0]
+    monkeypatch.setattr(dbmod, "_running", {})
+    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
+    monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
+    return now
+
+
 def _event(t: int) -> CommitEvent:
     return CommitEvent("did:plc:aaaa", t, "create", "app.bsky.feed.post", f"r{t}", {"text": "x"}, f"bafy{t}")
 
 
-def test_batches_checkpoint_the_wal_in_another_os_thread_once_a_second(app, monkeypatch):
+def test_batches_checkpoint_the_wal_in_another_os_thread_once_a_second(app, monkeypatch, clock):
     calls = []
     real = dbmod._checkpoint
 
@@ -40,11 +50,7 @@ def test_batches_checkpoint_the_wal_in_another_os_thread_once_a_second(app, monk
         calls.append(os_thread_id())
         return real(path)
 
-    now = [1000.0]
     monkeypatch.setattr(dbmod, "_checkpoint", spy)
-    monkeypatch.setattr(dbmod, "_running", {})
-    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
-    monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
     sub = _write("checkpoint-test")
     with app.app_context(), db.connection_context():
         store.apply_batch(sub, [_event(1)], None)
@@ -52,20 +58,18 @@ def test_batches_checkpoint_the_wal_in_another_os_thread_once_a_second(app, monk
         store.apply_batch(sub, [_event(2)], None)  # within the same second: no second checkpoint
         _finish()
         assert len(calls) == 1
-        now[0] += dbmod.CHECKPOINT_SECS
+        clock[0] += dbmod.CHECKPOINT_SECS
         store.apply_batch(sub, [_event(3)], None)
         _finish()
     assert len(calls) == 2
     assert os_thread_id() not in calls  # never on the event loop's thread
 
 
-def test_a_batch_inside_an_open_transaction_does_not_checkpoint(app, monkeypatch):
+def test_a_batch_inside_an_open_transaction_does_not_checkpoint(app, monkeypatch, clock):
     """Waiting for the checkpoint yields to other greenlets, which must never happen inside a
     SQLite write transaction (they would wait on its lock with the event loop held)."""
     calls = []
     monkeypatch.setattr(dbmod, "_checkpoint", lambda path: calls.append(path) or (0, 0))
-    monkeypatch.setattr(dbmod, "_running", {})
-    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
     with app.app_context(), db.connection_context():
         with db.atomic():
             store.apply_batch(_write("nested-test"), [_event(1)], None)
@@ -80,7 +84,7 @@ def _finish() -> None:
         running.wait(timeout=30)
 
 
-def test_the_writer_writes_on_while_a_checkpoint_runs(app, monkeypatch):
+def test_the_writer_writes_on_while_a_checkpoint_runs(app, monkeypatch, clock):
     """The batch does not wait for the checkpoint it started; a second one does not start while
     the first is in flight."""
     release = monkey.get_original("threading", "Event")()
@@ -94,18 +98,14 @@ def test_the_writer_writes_on_while_a_checkpoint_runs(app, monkeypatch):
         release.wait(30)
         return real(path)
 
-    now = [1000.0]
     monkeypatch.setattr(dbmod, "_checkpoint", stuck)
-    monkeypatch.setattr(dbmod, "_running", {})
-    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
-    monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
     sub = _write("overlap-test")
     try:
         with app.app_context(), db.connection_context():
             store.apply_batch(sub, [_event(1)], None)  # returns with the checkpoint still stuck
             assert started.wait(30)
             [first] = dbmod._running.values()
-            now[0] += 10 * dbmod.CHECKPOINT_SECS
+            clock[0] += 10 * dbmod.CHECKPOINT_SECS
             store.apply_batch(sub, [_event(2)], None)
             assert list(dbmod._running.values()) == [first] and not first.ready()
             assert db.execute_sql("SELECT time_us FROM jetstream_cursor WHERE name = 'overlap-test'"
@@ -116,7 +116,7 @@ def test_the_writer_writes_on_while_a_checkpoint_runs(app, monkeypatch):
         _finish()
 
 
-def test_past_the_bound_the_writer_waits_for_a_checkpoint(app, monkeypatch):
+def test_past_the_bound_the_writer_waits_for_a_checkpoint(app, monkeypatch, clock):
     """Overlapping checkpoints never let the WAL restart (it starts over only when a checkpoint
     copied all of it before the next write). Once one reports the WAL past WAL_BOUND_BYTES, the
     next batch waits for a checkpoint run with the writer idle; after it the WAL is no reason to
@@ -130,11 +130,7 @@ def test_past_the_bound_the_writer_waits_for_a_checkpoint(app, monkeypatch):
         frames, copied = real(path)
         return frames + reported[0], copied
 
-    now = [1000.0]
     monkeypatch.setattr(dbmod, "_checkpoint", reporting)
-    monkeypatch.setattr(dbmod, "_running", {})
-    monkeypatch.setattr(dbmod, "_last_checkpoint", {})
-    monkeypatch.setattr(dbmod, "_clock", lambda: now[0])
     monkeypatch.setattr(dbmod, "WAL_BOUND_BYTES", 64 * 4096)
     sub = _write("bound-test")
     with app.app_context(), db.connection_context():
@@ -143,7 +139,7 @@ def test_past_the_bound_the_writer_waits_for_a_checkpoint(app, monkeypatch):
         store.apply_batch(sub, [_event(2)], None)  # it reported a short WAL: nothing more this second
         _finish()
         assert len(calls) == 1
-        now[0] += dbmod.CHECKPOINT_SECS
+        clock[0] += dbmod.CHECKPOINT_SECS
         reported[0] = 64
         store.apply_batch(sub, [_event(3)], None)  # the next second's: it reports the WAL at the bound
         _finish()

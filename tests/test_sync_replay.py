@@ -400,14 +400,11 @@ def test_an_unfollow_reaches_a_follow_that_failed_for_good_after_its_write_lande
     assert [w[0] for w in env.pds.writes] == ["create", "delete"]
 
 
-def test_a_sweep_that_lists_before_a_lagging_delete_arrives_still_propagates_the_unfollow(env):
-    """The owner unfollows on Bluesky; the sweep lists before the shard delivers that delete, so it
-    finds the record gone. The delete, when it comes, must still unfollow on Tangled (found by the
-    property test: the sweep used to forget the record, and the late delete found nothing)."""
-    from feather.sync import backfill, service
-    from feather.sync.store import execute
-
-    env.pds.add_profile(BOB, TANGLED_PROFILE)
+def _bob_followed_on_bluesky_and_copied_to_tangled(env):
+    """Alice syncs Bluesky and Tangled and follows Bob on Bluesky; sync writes the Tangled copy.
+    Returns (the Bluesky follow, the copy's rkey), 30 s later."""
+    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
+        env.pds.add_profile(BOB, profile)
     env.enable(ALICE, ["bluesky", "tangled"])
     env.seen = len(env.pds.log)
     follow = env.follow(ALICE, BSKY, BOB)
@@ -415,6 +412,17 @@ def test_a_sweep_that_lists_before_a_lagging_delete_arrives_still_propagates_the
     _sync(env)
     [copy] = env.pds.records(ALICE, TANGLED)
     env.clock.advance(30)
+    return follow, copy
+
+
+def test_a_sweep_that_lists_before_a_lagging_delete_arrives_still_propagates_the_unfollow(env):
+    """The owner unfollows on Bluesky; the sweep lists before the shard delivers that delete, so it
+    finds the record gone. The delete, when it comes, must still unfollow on Tangled (found by the
+    property test: the sweep used to forget the record, and the late delete found nothing)."""
+    from feather.sync import backfill, service
+    from feather.sync.store import execute
+
+    follow, copy = _bob_followed_on_bluesky_and_copied_to_tangled(env)
     unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)  # not delivered yet: the shard lags
     execute("UPDATE sync_sets SET next_sweep_at = 0")
     assert backfill.sweep_due(env.clock, env.settings) == [ALICE]
@@ -437,15 +445,7 @@ def test_a_newer_follow_a_sweep_mirrored_before_a_lagging_delete_is_propagated_a
     from feather.sync import backfill
     from feather.sync.store import execute
 
-    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
-        env.pds.add_profile(BOB, profile)
-    env.enable(ALICE, ["bluesky", "tangled"])
-    env.seen = len(env.pds.log)
-    follow = env.follow(ALICE, BSKY, BOB)
-    env.echo()
-    _sync(env)
-    [copy] = env.pds.records(ALICE, TANGLED)
-    env.clock.advance(30)
+    follow, copy = _bob_followed_on_bluesky_and_copied_to_tangled(env)
     unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
     again = env.follow(ALICE, TANGLED, BOB)  # neither event delivered yet: the shard lags
     execute("UPDATE sync_sets SET next_sweep_at = 0")
@@ -468,15 +468,7 @@ def test_a_newer_follow_listed_while_a_delete_lags_is_propagated_once_the_delete
     from feather.sync import backfill
     from feather.sync.store import execute
 
-    for profile in (TANGLED_PROFILE, "app.bsky.actor.profile"):
-        env.pds.add_profile(BOB, profile)
-    env.enable(ALICE, ["bluesky", "tangled"])
-    env.seen = len(env.pds.log)
-    follow = env.follow(ALICE, BSKY, BOB)
-    env.echo()
-    _sync(env)
-    [copy] = env.pds.records(ALICE, TANGLED)
-    env.clock.advance(30)
+    follow, copy = _bob_followed_on_bluesky_and_copied_to_tangled(env)
     execute("UPDATE sync_sets SET next_sweep_at = 0")
     backfill.sweep_due(env.clock, env.settings)
     assert backfill.burst(env.pds, env.clock, max_tasks=1) == 1  # Bluesky listed: the follow is there
