@@ -94,7 +94,7 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
     if app.key in queue.live_on(owner, subject):
         return  # one of two duplicate records went: cleanup, not an unfollow
     for other_app, rkey in queue.records_born_before(owner, subject, event.time_us):
-        # The one unfollow insert in the code base (see module docstring and test_sync_safety).
+        # The one unfollow insert in the code base (see the module docstring and tests/test_sync_apps.py).
         execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, created_at, updated_at)"
                 " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
                 owner, other_app, subject, rkey, now, now)

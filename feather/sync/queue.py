@@ -3,7 +3,7 @@
 This module can only ever add follows. The one statement that inserts an unfollow row lives in
 feather/sync/handler.py (the delete branch), which is the safety rule enforced by construction:
 backfill, the waiting list and the sweep import this module and nothing that could unfollow.
-tests/test_sync_safety.py fails if an unfollow insert appears anywhere else.
+tests/test_sync_apps.py fails if an unfollow insert appears anywhere else.
 """
 from __future__ import annotations
 
