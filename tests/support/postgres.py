@@ -43,6 +43,9 @@ def claim_owners() -> dict[int, set[int]]:
             "SELECT (l.classid::bigint << 32) | l.objid::bigint, a.application_name FROM pg_locks l"
             " JOIN pg_stat_activity a ON a.pid = l.pid"
             " WHERE l.locktype = 'advisory' AND l.granted AND starts_with(a.application_name, 'feather-claims:')"
+            # Advisory locks are per database; another test's process still winding down on its own
+            # scratch database holds the same keys (seen once in CI: a foreign pid among the owners).
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         ).fetchall()
     owners: dict[int, set[int]] = {}
     for key, name in rows:
