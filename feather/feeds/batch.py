@@ -13,8 +13,9 @@ Why collapsing a URI's steps to their net effect gives the per-event result (its
 never meet a follow change of the same author; plan.py sends those to the ordered path):
 - a delete anywhere erases every feed row of the record, so only the writes after the last
   delete matter; they insert for the same (unchanged) followers, and their rows end at the last
-  write's time, which the fan-out uses directly and the resync applies to older rows when any of
-  those writes was an update;
+  write's time, which the resync first gives the older rows when any of those writes was an
+  update, and the fan-out then uses (feed_items is unique by (actor, collection, time_us, uri),
+  so an existing row is only recognised at its record's current time);
 - a follow's backfill reads its subject's records, which no grouped step of this batch changes.
 """
 from __future__ import annotations
@@ -123,12 +124,12 @@ def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list
 
 
 def unfollow_sql(triples: list[tuple[str, str, str]]):
-    """(follower, subject, target nsid): one primary-key range each (fanout.unfollow_range)."""
+    """(follower, subject, target nsid): one key prefix each, as fanout.unfollow_sql."""
     clauses, params = [], []
     for follower, subject, nsid in triples:
         low, high = unfollow_range(subject, nsid)
-        clauses.append("(actor = ? AND uri >= ? AND uri < ?)")
-        params += [follower, low, high]
+        clauses.append("(actor = ? AND collection = ? AND uri >= ? AND uri < ?)")
+        params += [follower, nsid, low, high]
     return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
 
 
@@ -152,7 +153,8 @@ def _chunked(rows: list, width: int):
 
 def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
     """The grouped steps' net effect; the order of these statements is the order that matters:
-    records first (backfill reads them), feed-row deletes before the fan-out that may re-add."""
+    records first (backfill reads them), feed-row deletes before the fan-out that may re-add,
+    the time resync before the inserts that must meet the resynced rows."""
     if not steps:
         return
     net = net_effect(steps)
@@ -170,16 +172,16 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
         _run(*remove_targets_sql(chunk))
     unfollows = sorted({(f, s, t.nsid) for nsid, pairs in net.unfollows.items() for feed in config.feeds.values()
                         if config.collections[feed.follow].nsid == nsid for t in feed.targets for f, s in pairs})
-    for chunk in _chunked(unfollows, 3):
+    for chunk in _chunked(unfollows, 4):
         _run(*unfollow_sql(chunk))
+    for chunk in _chunked(sorted(net.resync.items()), 6):
+        _run(*resync_sql(chunk))
     for feed in config.feeds.values():
         pairs = sorted(net.follows.get(config.collections[feed.follow].nsid, ()))
         for i in range(len(feed.targets)):
             for chunk in _chunked(pairs, 3):  # + nsid and limit
                 _run(*backfill_sql(config, feed, i, chunk))
         _fan_out(config, feed, net, now)
-    for chunk in _chunked(sorted(net.resync.items()), 6):
-        _run(*resync_sql(chunk))
 
 
 def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:

@@ -49,6 +49,10 @@ def mark_heavy_sql(feed: Feed, author: str, now: int):
 
 def fan_out_target(config: FeedsConfig, nsid: str, author: str, uri: str, time_us: int, *,
                    updated: bool, now: int) -> int:
+    # The resync comes first: a feed row is unique by (actor, collection, time_us, uri), so the
+    # insert below only recognises a follower's existing row once it carries the new time.
+    if updated:
+        _run(resync_time_sql(uri, time_us))
     inserted = 0
     for feed in config.feeds.values():
         if not any(t.nsid == nsid for t in feed.targets):
@@ -61,8 +65,6 @@ def fan_out_target(config: FeedsConfig, nsid: str, author: str, uri: str, time_u
                 _run(mark_heavy_sql(feed, author, now))
                 continue
         inserted += _run(target_insert_sql(config, feed, nsid, author, uri, time_us))
-    if updated:
-        _run(resync_time_sql(uri, time_us))
     return inserted
 
 
@@ -97,12 +99,14 @@ def unfollow_range(subject: str, nsid: str) -> tuple[str, str]:
 
 
 def unfollow_sql(follower: str, subject: str, nsid: str):
-    """The subject's rows leave the follower's feed: a primary-key range on (actor, uri prefix).
+    """The subject's rows leave the follower's feed: the key prefix (actor, collection), then the
+    uri prefix among those rows.
 
-    Bounded by the follower's own feed, not by how much the subject ever posted.
+    Bounded by the follower's own feed of that collection (its cap, between prune sweeps), not by
+    how much the subject ever posted or how many others follow them.
     """
-    return ("DELETE FROM feed_items WHERE actor = ? AND uri >= ? AND uri < ?",
-            (follower, *unfollow_range(subject, nsid)))
+    return ("DELETE FROM feed_items WHERE actor = ? AND collection = ? AND uri >= ? AND uri < ?",
+            (follower, nsid, *unfollow_range(subject, nsid)))
 
 
 def follow_created(config: FeedsConfig, follow_nsid: str, follower: str, subject: str) -> int:

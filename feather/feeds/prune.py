@@ -6,7 +6,7 @@ feed_prune_state.dirty in the batch's own transaction (one primary-key row, writ
 never pays for a sweep, a crash between batch and sweep loses nothing (the flag is durable),
 the sweep runs at most one slice per 10 s however busy the stream is, and the same job also
 serves the recovery timer on an idle stream. Every statement here is index-bounded
-(feed_items' primary key and (actor, collection, time_us) index; see test_feeds_explain.py).
+(feed_items' unique key (actor, collection, time_us DESC, uri); see test_feeds_explain.py).
 """
 from __future__ import annotations
 

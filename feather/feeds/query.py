@@ -39,7 +39,7 @@ def collection_source(c: Collection, author: str | None = None) -> Source:
 
 
 def feed_source(actor: str, target_nsid: str, c: Collection) -> Source:
-    """feed_items drives: its (actor, collection, time_us, uri) index yields rows in page order."""
+    """feed_items drives: its (actor, collection, time_us DESC, uri) key yields rows in page order."""
     return Source(f"FROM feed_items f JOIN {c.table} r ON r.uri = f.uri",
                   where=["f.actor = ?", "f.collection = ?"], where_params=[actor, target_nsid],
                   t="f.time_us", u="f.uri")
