@@ -236,3 +236,19 @@ def test_only_collections_served_by_list_records_keep_a_time_index(app):
         names = sorted(row[0] for row in db.execute_sql(current_dialect().q(sql)).fetchall()
                        if not row[0].endswith("_did_time"))
     assert names == ["feed_records_post_time"]
+
+
+def test_an_unfollow_is_bounded_by_the_followers_feed_of_one_collection(app):
+    """The page key has no (actor, uri) prefix any more: an unfollow must name the collection, or
+    it reads the follower's whole feed of every collection."""
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        pinned = statements(config)
+        plans = {name: plan(*pinned[name][0]) for name in ("unfollow", "batch unfollow")}
+    if current_dialect().is_sqlite:
+        searched = {name: sorted({line for line in lines if line.startswith("SEARCH")}) for name, lines in plans.items()}
+        assert searched == {name: ["SEARCH feed_items USING PRIMARY KEY (actor=? AND collection=?)"] for name in plans}
+    else:
+        conds = {name: [_norm(line) for line in lines if "Index Cond" in line] for name, lines in plans.items()}
+        assert all(c and all("collection=" in x for x in c) for c in conds.values()), conds

@@ -49,3 +49,35 @@ def test_flask_db_upgrade_command(make_app):
     assert result.output.startswith(f"applied {len(discover())} migration(s)")
     again = app.test_cli_runner().invoke(args=["db", "upgrade"])
     assert again.output.strip() == "applied 0 migration(s)"
+
+
+def test_feed_items_page_key_migration_keeps_every_row_and_refuses_a_duplicate(make_app, tmp_path):
+    """0049 rebuilds feed_items around its page key: rows written under the old (actor, uri) key
+    survive unchanged, and the new key still turns a repeated row into a no-op."""
+    import shutil
+
+    from feather.db import current_dialect
+    from feather.migrate import MIGRATIONS_DIR
+
+    make_app(migrate=False)
+    older = tmp_path / "older"
+    older.mkdir()
+    for path in MIGRATIONS_DIR.glob("*.py"):
+        if path.name[:4].isdigit() and int(path.name[:4]) < 49:
+            shutil.copy(path, older / path.name)
+    upgrade(db.obj, older)
+    post = "app.bsky.feed.post"
+    rows = [(f"did:plc:reader{a}", f"at://did:plc:author{u}/{post}/r{u}", post, 1_000 + u * 7 % 5)
+            for a in range(3) for u in range(4)]
+    q = current_dialect().q
+    with db.connection_context():
+        for row in rows:
+            db.execute_sql(q("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"), row)
+    assert upgrade(db.obj) == [m.version for m in discover() if m.version >= 49]
+    with db.connection_context():
+        kept = db.execute_sql("SELECT actor, uri, collection, time_us FROM feed_items"
+                              " ORDER BY actor, time_us DESC, uri").fetchall()
+        again = db.execute_sql(q("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"
+                                 " ON CONFLICT DO NOTHING"), rows[5]).rowcount
+    assert [tuple(r) for r in kept] == sorted(rows, key=lambda r: (r[0], -r[3], r[1]))
+    assert again == 0
