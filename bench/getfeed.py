@@ -1,5 +1,9 @@
-"""getFeed latency at 1M feed rows under concurrent load, through gunicorn + gevent, as a ratio
-to a trivial endpoint (GET /health: one page read, a small JSON body) in the same run.
+"""getFeed latency at 1M feed rows: in-process, and under concurrent load through gunicorn + gevent.
+
+In-process: what the getFeed route runs once the request is parsed (hybrid.feed_source, then
+query.run: the page query and the records formatted), 50 actors, limit 50, as a ratio to the bare
+page query on a raw sqlite3 connection (the same SQL, rows fetched, nothing formatted).
+Under load: as a ratio to a trivial endpoint (GET /health: one page read, a small JSON body).
 
     python bench/getfeed.py [--actors 5000] [--per-actor 200] [--requests 3000] [--concurrency 16]
 
@@ -68,6 +72,45 @@ def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
     return path
 
 
+def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.Random) -> tuple[list, list]:
+    """(getFeed latencies, bare page-query latencies) in seconds, interleaved actor by actor."""
+    from feather import create_app
+    from feather.db import db
+    from feather.feeds import hybrid, query
+
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
+                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
+                      "FEED_SERVE": "all"})
+    picks = [f"did:plc:reader{rng.randrange(actors):07d}" for _ in range(50)]
+    raw = sqlite3.connect(path)
+    feed_lat, bare_lat = [], []
+    with app.app_context(), db.connection_context():
+        config = app.extensions["feeds"]
+        feed = config.feeds["timeline"]
+        target = feed.targets[0]
+        c = config.collections[target.short]
+        bare_sql = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, f.time_us, f.uri FROM feed_items f"
+                    f" JOIN {c.table} r ON r.uri = f.uri WHERE f.actor = ? AND f.collection = ?"
+                    f" ORDER BY f.time_us DESC, f.uri ASC LIMIT 50")
+        for round_ in range(rounds + 1):  # the first round warms both caches and is not counted
+            for actor in picks:
+                started = time.perf_counter()
+                page = query.run(config, c, {"limit": "50"}, hybrid.feed_source(config, feed, target, actor))
+                took = time.perf_counter() - started
+                if len(page["records"]) != 50:
+                    raise SystemExit(f"{actor}: {len(page['records'])} records, expected 50")
+                started = time.perf_counter()
+                rows = raw.execute(bare_sql, (actor, target.nsid)).fetchall()
+                bare = time.perf_counter() - started
+                if [r[0] for r in rows] != [r["uri"] for r in page["records"]]:
+                    raise SystemExit(f"{actor}: the bare query read another page")
+                if round_:
+                    feed_lat.append(took)
+                    bare_lat.append(bare)
+    raw.close()
+    return feed_lat, bare_lat
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,11 +174,13 @@ def main() -> None:
     parser.add_argument("--posts", type=int, default=50_000)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=40, help="in-process: rounds over the same 50 actors")
     args = parser.parse_args()
     rng = random.Random(11)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         path = build(workdir, args.actors, args.per_actor, args.posts)
+        inproc, bare = in_process(path, workdir, args.actors, args.rounds, rng)
         port = free_port()
         server = start_server(path, workdir, port)
         try:
@@ -150,6 +195,10 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=15)
+    print(f"in-process getFeed limit=50, 50 actors: median {pct(inproc, .5):.2f} ms  p99 {pct(inproc, .99):.2f} ms;"
+          f" bare page query: median {pct(bare, .5):.2f} ms  p99 {pct(bare, .99):.2f} ms;"
+          f" ratio {pct(inproc, .5) / pct(bare, .5):.2f}x median, {pct(inproc, .99) / pct(bare, .99):.2f}x p99"
+          f" ({len(inproc)} reads each)")
     print(f"trivial GET /health: p50 {pct(health_lat, .5):.1f} ms  p99 {pct(health_lat, .99):.1f} ms")
     print(f"getFeed limit=50:    p50 {pct(feed_lat, .5):.1f} ms  p99 {pct(feed_lat, .99):.1f} ms")
     print(f"ratio getFeed / trivial: p50 {pct(feed_lat, .5) / pct(health_lat, .5):.2f}x  "
