@@ -57,6 +57,8 @@ def make_app(database_url, tmp_path):
     from feather.db import db
     from feather.migrate import upgrade
 
+    made = []
+
     def make(migrate: bool = True, **settings):
         config = {
             "DATABASE_URL": database_url,
@@ -66,16 +68,32 @@ def make_app(database_url, tmp_path):
         }
         config.update(settings)
         app = create_app(config)
+        made.append(app)
         if migrate:
             upgrade(db.obj)
         return app
 
     yield make
+    _stop_backfills(made)
     if db.obj is not None:
         if hasattr(db.obj, "close_all"):
             db.obj.close_all()
         elif not db.obj.is_closed():
             db.obj.close()
+
+
+def _stop_backfills(apps) -> None:
+    """A sign-in or a first read spawns a feed backfill greenlet that the test may not wait for.
+    Closing the pool under it deadlocked on PostgreSQL: a green psycopg2 connection holds its
+    mutex while its COMMIT waits in the hub, and close() from this greenlet blocks the whole
+    thread on that mutex, so the COMMIT never resumes. Let them finish (or end them) first."""
+    import gevent
+
+    from feather.feeds import backfill
+
+    for app in apps:
+        backfill.join_all(app, timeout=10)
+        gevent.killall([g for g in app.extensions.get(backfill._GREENLETS, []) if not g.dead], timeout=5)
 
 
 @pytest.fixture
