@@ -38,7 +38,7 @@ def apply_step(config: FeedsConfig, step: plan.Step, now: int) -> None:
                   time_us=step.time_us, arrival=step.arrival, text=step.text)
     if step.is_target:
         fanout.fan_out_target(config, event.collection, event.did, step.uri, step.time_us,
-                              updated=step.prior is not None, now=now)
+                              resync=step.moves_time, now=now)
     if step.backfills:
         fanout.follow_created(config, event.collection, event.did, step.backfills)
 

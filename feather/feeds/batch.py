@@ -13,8 +13,8 @@ Why collapsing a URI's steps to their net effect gives the per-event result (its
 never meet a follow change of the same author; plan.py sends those to the ordered path):
 - a delete anywhere erases every feed row of the record, so only the writes after the last
   delete matter; they insert for the same (unchanged) followers, and their rows end at the last
-  write's time, which the resync first gives the older rows when any of those writes was an
-  update, and the fan-out then uses (feed_items is unique by (actor, collection, time_us, uri),
+  write's time, which the resync first gives any existing rows when a write may have moved it
+  (Step.moves_time), and the fan-out then uses (feed_items is unique by (actor, collection, time_us, uri),
   so an existing row is only recognised at its record's current time);
 - a follow's backfill reads its subject's records, which no grouped step of this batch changes.
 """
@@ -38,7 +38,7 @@ class Net:
     tombstones: dict = field(default_factory=dict)  # uri -> latest delete time
     targets: dict = field(default_factory=dict)  # uri -> (nsid, author, time_us) to fan out
     writers: set = field(default_factory=set)  # (nsid, author) of every target write, kept or not
-    resync: dict = field(default_factory=dict)  # uri -> time_us its older feed rows move to
+    resync: dict = field(default_factory=dict)  # uri -> time_us its existing feed rows move to
     removed: set = field(default_factory=set)  # target uris whose feed rows all go
     follows: dict = field(default_factory=dict)  # follow nsid -> {(follower, subject)} to backfill
     unfollows: dict = field(default_factory=dict)  # follow nsid -> {(follower, subject)} to remove
@@ -72,7 +72,7 @@ def net_effect(steps: list[Step]) -> Net:
         if writes:
             last = writes[-1]
             net.targets[uri] = (last.event.collection, last.event.did, last.time_us)
-            if any(w.prior is not None for w in writes):
+            if any(w.moves_time for w in writes):
                 net.resync[uri] = last.time_us
     return net
 

@@ -48,10 +48,10 @@ def mark_heavy_sql(feed: Feed, author: str, now: int):
 
 
 def fan_out_target(config: FeedsConfig, nsid: str, author: str, uri: str, time_us: int, *,
-                   updated: bool, now: int) -> int:
+                   resync: bool, now: int) -> int:
     # The resync comes first: a feed row is unique by (actor, collection, time_us, uri), so the
     # insert below only recognises a follower's existing row once it carries the new time.
-    if updated:
+    if resync:
         _run(resync_time_sql(uri, time_us))
     inserted = 0
     for feed in config.feeds.values():

@@ -71,6 +71,12 @@ class Step:
         return None
 
     @property
+    def moves_time(self) -> bool:
+        """A write whose feed rows, if any exist, may carry another time than this step's: an
+        edit that moved it, or a record not stored here (feed rows can outlive a trimmed record)."""
+        return self.prior is None or self.prior[2] != self.time_us
+
+    @property
     def unfollows(self) -> str | None:
         return self.subject_before if self.deletes else None
 
