@@ -138,11 +138,12 @@ def remove_targets_sql(uris: list[str]):
 
 
 def resync_sql(times: list[tuple[str, int]]):
-    """Rows of an edited record take its new time (only rows that differ are written)."""
-    case = "CASE uri " + " ".join(["WHEN ? THEN ?"] * len(times)) + " END"
-    pairs = [v for row in times for v in row]
-    return (f"UPDATE feed_items SET time_us = {case} WHERE uri IN ({', '.join('?' * len(times))})"
-            f" AND time_us <> {case}", [*pairs, *(uri for uri, _ in times), *pairs])
+    """Rows of these records take the record's time (only rows that differ are written): a
+    VALUES table joined on the uri index, so a batch of new records costs one probe each."""
+    d = current_dialect()
+    return (f"{d.values_cte('v', ('uri', 'time_us'), len(times))}"
+            f" UPDATE feed_items SET time_us = v.time_us FROM v"
+            f" WHERE feed_items.uri = v.uri AND feed_items.time_us <> v.time_us", [x for row in times for x in row])
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
                         if config.collections[feed.follow].nsid == nsid for t in feed.targets for f, s in pairs})
     for chunk in _chunked(unfollows, 4):
         _run(*unfollow_sql(chunk))
-    for chunk in _chunked(sorted(net.resync.items()), 6):
+    for chunk in _chunked(sorted(net.resync.items()), 2):
         _run(*resync_sql(chunk))
     for feed in config.feeds.values():
         pairs = sorted(net.follows.get(config.collections[feed.follow].nsid, ()))
