@@ -13,7 +13,9 @@ the record's rows before the fan-out inserts (fanout.fan_out_target, batch.write
 (actor, uri) never meets two times and "no duplicate (actor, uri)" keeps holding. The unfollow
 delete is bounded by (actor, collection) and filters the subject's uri prefix within it.
 
-Measured with bench/ingest.py (every feature's handler, SQLite): about a fifth faster ingest.
+Measured on one quiet 2-core machine, before and after, alternating: bench/ingest.py (every
+feature's handler, SQLite) 6,100-6,300 -> 7,100-7,400 events/s; bench/fanout.py (one post to
+1,000,000 followers) 3.05 s -> 1.54 s.
 """
 
 
