@@ -30,10 +30,9 @@ def up(m):
             f" time_us {m.d.bigint} NOT NULL,"
             f" PRIMARY KEY (actor, collection, time_us DESC, uri)) WITHOUT ROWID"
         )
-        # (actor, uri) was unique, so every old row fits the new key. WHERE true: SQLite's
-        # grammar needs it between a SELECT and ON CONFLICT.
+        # (actor, uri) was unique, so every old row fits the new key.
         m.execute("INSERT INTO feed_items_new (actor, uri, collection, time_us)"
-                  " SELECT actor, uri, collection, time_us FROM feed_items WHERE true ON CONFLICT DO NOTHING")
+                  " SELECT actor, uri, collection, time_us FROM feed_items")
         m.execute("DROP TABLE feed_items")
         m.execute("ALTER TABLE feed_items_new RENAME TO feed_items")
         m.execute("CREATE INDEX feed_items_uri ON feed_items (uri)")

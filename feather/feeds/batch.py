@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from feather.db import current_dialect, db
 from feather.feeds import records
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.fanout import unfollow_range
+from feather.feeds.fanout import unfollow_clause
 from feather.feeds.plan import Step
 from feather.feeds.schema import subject_expr
 
@@ -126,10 +126,10 @@ def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list
 def unfollow_sql(triples: list[tuple[str, str, str]]):
     """(follower, subject, target nsid): one key prefix each, as fanout.unfollow_sql."""
     clauses, params = [], []
-    for follower, subject, nsid in triples:
-        low, high = unfollow_range(subject, nsid)
-        clauses.append("(actor = ? AND collection = ? AND uri >= ? AND uri < ?)")
-        params += [follower, nsid, low, high]
+    for triple in triples:
+        clause, values = unfollow_clause(*triple)
+        clauses.append(f"({clause})")
+        params += values
     return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
 
 

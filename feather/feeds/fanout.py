@@ -105,7 +105,13 @@ def unfollow_sql(follower: str, subject: str, nsid: str):
     Bounded by the follower's own feed of that collection (its cap, between prune sweeps), not by
     how much the subject ever posted or how many others follow them.
     """
-    return ("DELETE FROM feed_items WHERE actor = ? AND collection = ? AND uri >= ? AND uri < ?",
+    clause, params = unfollow_clause(follower, subject, nsid)
+    return f"DELETE FROM feed_items WHERE {clause}", params
+
+
+def unfollow_clause(follower: str, subject: str, nsid: str) -> tuple[str, tuple]:
+    """The WHERE clause of unfollow_sql; the batch ORs one per unfollow (batch.unfollow_sql)."""
+    return ("actor = ? AND collection = ? AND uri >= ? AND uri < ?",
             (follower, nsid, *unfollow_range(subject, nsid)))
 
 
