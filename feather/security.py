@@ -31,6 +31,15 @@ class DepthLimitedJSON(DefaultJSONProvider):
         return super().loads(s, **kwargs)
 
 
+def _private_when_signed_in(response) -> None:
+    """A page rendered for a signed-in account (its timeline, its sync settings) is no one else's
+    and should not outlive the visit: no shared cache keeps it, and the browser does not show it
+    from its cache after sign-out. A view that chose its own policy keeps it (the public
+    catalogue, checked below)."""
+    if "Cache-Control" not in response.headers and g.get("auth_account") is not None:
+        response.headers["Cache-Control"] = "private, no-store"
+
+
 def _no_public_cache_for_personal(response) -> None:
     """A view may mark its page `public` (a shared cache keeps one copy for everyone) only when every
     visitor would get it byte for byte. A request with any cookie may be answered with a handle, a
@@ -62,6 +71,7 @@ def init_app(app) -> None:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "same-origin")
         response.headers.setdefault("X-Frame-Options", "DENY")
+        _private_when_signed_in(response)
         _no_public_cache_for_personal(response)
         if hsts:
             # Production is https only (FEATHERREADER_PUBLIC_URL, secure cookies): tell browsers never

@@ -82,6 +82,16 @@ def signed_in(make_app):
     return app, client
 
 
+def test_pages_rendered_for_a_signed_in_account_are_private_and_not_stored(signed_in):
+    app, client = signed_in
+    pages = {path: client.get(path) for path in ("/", "/timeline", "/sync", "/privacy", "/api/session")}
+    assert {path: (r.status_code, r.headers.get("Cache-Control")) for path, r in pages.items()} == {
+        path: (200, "private, no-store") for path in pages}
+    anonymous = app.test_client()
+    assert {path: anonymous.get(path).headers.get("Cache-Control") for path in ("/", "/privacy", "/about")} == {
+        "/": None, "/privacy": None, "/about": None}
+
+
 def _public_page_app(make_app):
     """An app with one page a view marks public although it shows the viewer's flash: the mistake
     the safety net in feather/security.py exists for."""
