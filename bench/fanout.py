@@ -107,6 +107,8 @@ def clear(path: Path) -> int:
 def main() -> None:
     from gevent import monkey
 
+    from bench.report import figure
+
     monkey.patch_all()
     parser = argparse.ArgumentParser()
     parser.add_argument("--followers", type=int, default=1_000_000)
@@ -127,6 +129,7 @@ def main() -> None:
         print(f"bare sqlite3 INSERT … SELECT: {bare_s * 1000:.0f} ms (median of {args.rounds})")
         print(f"feather fan-out (whole batch): {feather_s * 1000:.0f} ms")
         print(f"ratio feather / bare: {feather_s / bare_s:.2f}x  (goal <= 1.1x)")
+        figure(f"one post fanned out to {args.followers:,} followers", feather_s, bare_s, "s", "<= 1.1")
         app, _ = build(workdir, args.followers, hybrid=True)
         hybrid_times = [feather_round(app, 100 + n) for n in range(args.rounds)]
         hybrid_s = statistics.median(hybrid_times)

@@ -135,8 +135,9 @@ def start_server(path: Path, workdir: Path, port: int) -> subprocess.Popen:
 
 
 def load(port: int, paths, n: int, concurrency: int) -> list[float]:
-    import gevent
     from http.client import HTTPConnection
+
+    import gevent
 
     latencies: list[float] = []
     remaining = [n]
@@ -166,6 +167,8 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     from gevent import monkey
+
+    from bench.report import figure
 
     monkey.patch_all()
     parser = argparse.ArgumentParser()
@@ -199,6 +202,8 @@ def main() -> None:
           f" bare page query: median {pct(bare, .5):.2f} ms  p99 {pct(bare, .99):.2f} ms;"
           f" ratio {pct(inproc, .5) / pct(bare, .5):.2f}x median, {pct(inproc, .99) / pct(bare, .99):.2f}x p99"
           f" ({len(inproc)} reads each)")
+    figure("getFeed in-process median, limit 50", pct(inproc, .5), pct(bare, .5), "ms")
+    figure("getFeed in-process p99, limit 50", pct(inproc, .99), pct(bare, .99), "ms")
     print(f"trivial GET /health: p50 {pct(health_lat, .5):.1f} ms  p99 {pct(health_lat, .99):.1f} ms")
     print(f"getFeed limit=50:    p50 {pct(feed_lat, .5):.1f} ms  p99 {pct(feed_lat, .99):.1f} ms")
     print(f"ratio getFeed / trivial: p50 {pct(feed_lat, .5) / pct(health_lat, .5):.2f}x  "

@@ -138,6 +138,12 @@ def main() -> None:
     print(f"feather engine + every feature's handler:   {everything['rate']:10,.0f} events/s   "
           f"ratio {everything['rate'] / baseline:.2f} (goal >= 0.25)   {_memory(everything)}")
     print(f"queue-full drops: {engine_only['stats'].get('queue_full', 0)} / {everything['stats'].get('queue_full', 0)}")
+    from bench.report import figure
+
+    figure(f"ingest, every feature, {where}", everything["rate"], baseline, "events/s", ">= 0.25")
+    figure(f"ingest, minimal mirror handler, {where}", engine_only["rate"], baseline, "events/s", ">= 0.5")
+    figure(f"RSS steady, every feature, {where}", everything["steady_kb"] / 1024, None, "MiB", "<= 128")
+    figure(f"RSS peak, every feature, {where}", everything["peak_kb"] / 1024, None, "MiB", "<= 512")
 
 
 def _memory(result: dict) -> str:

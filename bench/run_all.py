@@ -1,4 +1,5 @@
-"""`make bench`: run every benchmark at full size and print one table of their ratio lines.
+"""`make bench`: run every benchmark at full size and print one table of their ratio lines, then
+the headline figures (bench/report.py) as one table: measure, Feather, bare baseline, ratio, goal.
 
 Each script measures its own bare baseline in the same run; this only collects what they print.
 """
@@ -11,6 +12,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.report import PREFIX, collect, table
+
 BENCHES = [
     ("ingest", [sys.executable, "bench/ingest.py", "--events", "100000"]),
     ("admission", [sys.executable, "bench/admission.py", "--events", "1000000"]),
@@ -28,14 +33,15 @@ if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # on scratch data
 
 
 def main() -> int:
-    rows, failed = [], 0
+    rows, failed, figures = [], 0, []
     env = dict(os.environ, FEATHER_CHAOS_EVENTS=os.environ.get("FEATHER_CHAOS_EVENTS", "100000"))
     for name, cmd in BENCHES:
         started = time.time()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         took = time.time() - started
-        lines = [line.strip() for line in proc.stdout.splitlines()
-                 if any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s"))]
+        figures += collect(proc.stdout)
+        lines = [line.strip() for line in proc.stdout.splitlines() if not line.startswith(PREFIX)
+                 and any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s"))]
         if proc.returncode != 0:
             failed += 1
             lines.append(f"FAILED (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
@@ -45,6 +51,9 @@ def main() -> int:
     for name, took, lines in rows:
         for i, line in enumerate(lines or ["(no output)"]):
             print(f"{name if i == 0 else '':8s} {f'{took:.0f}' if i == 0 else '':>5s}  {line}")
+    print("\nHeadline figures (each against its bare baseline from the same run):")
+    for line in table(figures):
+        print("  " + line)
     return 1 if failed else 0
 
 

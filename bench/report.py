@@ -1,0 +1,43 @@
+"""One machine-readable line per headline figure, so `make bench` can end with one table of them.
+
+A script prints its human lines as before and, for each figure the table carries, one
+`FIGURE {json}` line: the measure, Feather's value, the bare baseline measured in the same run,
+the ratio between them and the goal. bench/run_all.py collects these lines from every script.
+"""
+from __future__ import annotations
+
+import json
+
+PREFIX = "FIGURE "
+
+
+def figure(measure: str, feather: float, bare: float | None, unit: str, goal: str = "") -> None:
+    ratio = feather / bare if bare else None
+    print(PREFIX + json.dumps({"measure": measure, "unit": unit, "feather": feather, "bare": bare,
+                               "ratio": ratio, "goal": goal}), flush=True)
+
+
+def collect(text: str) -> list[dict]:
+    return [json.loads(line[len(PREFIX):]) for line in text.splitlines() if line.startswith(PREFIX)]
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit in ("events/s",):
+        return f"{value:,.0f}"
+    if unit == "MiB":
+        return f"{value:.0f}"
+    return f"{value:.2f}"
+
+
+def table(figures: list[dict]) -> list[str]:
+    """The headline table: one row per figure, in the order the scripts printed them."""
+    rows = [("measure", "Feather", "bare baseline", "ratio", "goal")]
+    for f in figures:
+        ratio = "–" if f["ratio"] is None else f"{f['ratio']:.2f}"
+        rows.append((f"{f['measure']} ({f['unit']})", _number(f["feather"], f["unit"]),
+                     _number(f["bare"], f["unit"]), ratio, f["goal"] or "–"))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+            for row in rows]
