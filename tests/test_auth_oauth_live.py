@@ -11,6 +11,7 @@ import pytest
 from feather.atproto.pds import ScopeMissing
 from feather.atproto.syntax import next_tid
 from feather.auth import NeedsReauth, declare_scopes, has_scopes, pds_client, service
+from feather.auth.oauth import InvalidGrant
 from feather.auth.service import AuthService
 from feather.db import db
 from feather.net import GuardedClient
@@ -202,3 +203,39 @@ def test_a_wrong_app_password_is_a_plain_sentence(live_app, pds):
                                               "csrf_token": csrf(client)})
     assert r.status_code == 400
     assert b"The handle or app password is wrong." in r.data
+
+
+def test_signing_in_again_ends_the_replaced_oauth_session_at_the_server(live_app, pds):
+    laptop, phone = live_app.test_client(), live_app.test_client()
+    did = sign_in(laptop, pds)
+    with live_app.app_context():
+        svc = service()
+        old = svc.grants.load(did)
+    sign_in(phone, pds)
+    with live_app.app_context():
+        new = svc.grants.load(did)
+        server = svc.oauth.server(old.issuer)
+        assert new.refresh != old.refresh
+        with pytest.raises(InvalidGrant):  # the replaced session is gone at the authorization server
+            svc.oauth.refresh(server, old.dpop_key, old.as_nonce, old.refresh, old.client_kid)
+        tokens, _ = svc.oauth.refresh(server, new.dpop_key, new.as_nonce, new.refresh, new.client_kid)
+        assert tokens["sub"] == did  # the new one lives
+    # Feather's own sessions are per browser: both stay signed in on the one grant
+    assert (laptop.get("/api/session").json["did"], phone.get("/api/session").json["did"]) == (did, did)
+
+
+def test_signing_in_again_with_an_app_password_ends_the_replaced_session(live_app, pds):
+    alice = pds.accounts["alice"]
+    client = live_app.test_client()
+    refresh_tokens = []
+    for _ in range(2):
+        made = xrpc(pds.pds_url, "POST", "com.atproto.server.createAppPassword", token=create_session(pds, "alice"),
+                    json={"name": f"feather-{next_tid()}"})
+        r = client.post("/login/password", data={"identifier": alice.handle, "password": made.json()["password"],
+                                                  "csrf_token": csrf(client)})
+        assert r.status_code == 303, r.data
+        with live_app.app_context():
+            refresh_tokens.append(service().grants.load(alice.did).refresh)
+    old, new = (xrpc(pds.pds_url, "POST", "com.atproto.server.refreshSession", token=t) for t in refresh_tokens)
+    assert (old.status_code, new.status_code) == (400, 200), (old.text, new.text)
+    assert new.json()["did"] == alice.did

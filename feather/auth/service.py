@@ -147,13 +147,23 @@ class AuthService:
                 raise SignInError("That account's server does not use this sign-in server. Sign-in refused.")
         except (IdentityError, OAuthError) as e:
             raise SignInError(f"Could not confirm the account that signed in: {e}") from None
-        self.grants.save(Grant(
+        self._replace_grant(Grant(
             did=sub, kind="oauth", handle=ident.handle, pds_url=ident.pds, issuer=issuer, scope=tokens["scope"],
             access=tokens["access_token"], refresh=tokens["refresh_token"],
             expires_at=int(self.clock()) + int(tokens.get("expires_in") or 300), dpop_key=key, as_nonce=nonce,
             pds_nonce=None, client_kid=self._client_kid()))
         self._signed_in(sub)
         return sub, next_url
+
+    def _replace_grant(self, grant: Grant) -> None:
+        """Keep the new sign-in's grant and end the session it replaces at the person's server:
+        Feather holds one grant per account, so the old tokens would otherwise stay valid there,
+        unused, until they expire. Work holding the old grant is refused once and renews from
+        the new one (GrantStore.refresh_after_rejection)."""
+        old = self.grants.load(grant.did)
+        self.grants.save(grant)
+        if old is not None and old.refresh and old.refresh != grant.refresh:
+            self._revoke(old)
 
     def _signed_in(self, did: str) -> None:
         for hook in self.sign_in_hooks:
@@ -194,7 +204,7 @@ class AuthService:
             raise SignInError("The handle or app password is wrong.")
         if status != 200 or data.get("did") != ident.did or not data.get("accessJwt"):
             raise SignInError("Your server did not complete the sign-in. Try again later.")
-        self.grants.save(Grant(
+        self._replace_grant(Grant(
             did=ident.did, kind="password", handle=ident.handle, pds_url=ident.pds, issuer=None,
             scope="com.atproto.appPass", access=data["accessJwt"], refresh=data["refreshJwt"],
             expires_at=_jwt_exp(data["accessJwt"], int(self.clock()) + 600), dpop_key=None, as_nonce=None,
@@ -246,14 +256,20 @@ class AuthService:
         alive). App password: deleteSession with the refresh token, which ends that session."""
         try:
             grant = self.grants.usable(did)
+        except NeedsReauth:
+            return
+        self._revoke(grant)
+
+    def _revoke(self, grant: Grant) -> None:
+        try:
             if grant.kind == "oauth":
                 server = self.oauth.server(grant.issuer)
                 for token in (grant.refresh, grant.access):
                     self.oauth.revoke(server, grant.dpop_key, grant.as_nonce, token, grant.client_kid)
             elif grant.refresh:
                 self._xrpc_post(grant.pds_url, "com.atproto.server.deleteSession", None, token=grant.refresh)
-        except (NeedsReauth, OAuthError, SignInError):
-            pass
+        except (OAuthError, SignInError) as e:
+            log.info("auth: could not end the previous session of %s at its server: %s", grant.did, e)
 
 
 def _origin(url: str) -> str:
