@@ -24,7 +24,7 @@ def collect(text: str) -> list[dict]:
 def _number(value: float | None, unit: str) -> str:
     if value is None:
         return "–"
-    if unit in ("events/s",):
+    if unit == "events/s":
         return f"{value:,.0f}"
     if unit == "MiB":
         return f"{value:.0f}"
