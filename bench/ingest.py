@@ -4,10 +4,14 @@ a Jetstream log, as a ratio to a bare websocket-client receive loop over the sam
     python bench/ingest.py [--events 100000] [--postgres URL]
 
 The log is bench/firehose.py's (about 2,000 DIDs, Zipf follow fan-in; posts, follows,
-profiles, deletes, updates). Two Feather figures: the engine with a minimal mirror handler (one
-upsert per record: the engine's own cost), and with every built-in feature's handler on the
-shared stream (FEED_SERVE=all: every event reaches the feeds store). With --postgres both run
-on scratch databases made beside URL instead of SQLite files. Each runs in a child process,
+profiles, deletes, updates). Three Feather figures: the engine with a minimal mirror handler (one
+upsert per record: the engine's own cost); with every built-in feature's handler on the shared
+stream and FEED_SERVE=all (a full index: every event reaches the feeds store, the heaviest case);
+and with every feature at the default FEED_SERVE=signed-in, serving ten accounts drawn from the
+log (a small instance's users: only what matters to them is stored, and the share of the log's
+posts that was is printed beside the figure).
+With --postgres all run on scratch databases made beside URL instead of SQLite files. Each runs
+in a child process,
 whose steady RSS (median over the second half of the ingest) and peak RSS are reported against
 the 128 MiB steady goal and the 512 MB VM budget.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import tempfile
@@ -37,7 +42,10 @@ def bare_receive(url: str, n: int) -> float:
     return n / elapsed
 
 
-def child(url: str, n: int, first_us: int, last_us: int, workdir: str, all_features: bool, database: str) -> None:
+MODES = ("mirror", "all", "served")
+
+
+def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str, database: str) -> None:
     """Runs in its own process: drive the engine until the cursor reaches the last event."""
     from gevent import monkey
 
@@ -53,15 +61,23 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, all_featu
 
     # The mirror is a test fixture (one upsert per event), not a feature: it runs alone or not at
     # all. Among the built-in handlers it cost PostgreSQL two thirds of the batch time.
-    app = create_app({"DATABASE_URL": database, "FEATHERREADER_ENV": "test",
-                      "FEATHERREADER_DATA_DIR": workdir, "FEATHERREADER_JETSTREAM_HOSTS": url,
-                      "FEATHERREADER_ALLOW_PRIVATE_NETWORK": True, "FEATHERREADER_LOG_LEVEL": "WARNING",
-                      "FEATHERREADER_EXTRA_FEATURES": "" if all_features else "tests.support.mirror_feature",
-                      "FEED_SERVE": "all"})  # the full index: every event reaches every handler
+    overrides = {"DATABASE_URL": database, "FEATHERREADER_ENV": "test",
+                 "FEATHERREADER_DATA_DIR": workdir, "FEATHERREADER_JETSTREAM_HOSTS": url,
+                 "FEATHERREADER_ALLOW_PRIVATE_NETWORK": True, "FEATHERREADER_LOG_LEVEL": "WARNING",
+                 "FEATHERREADER_EXTRA_FEATURES": "tests.support.mirror_feature" if mode == "mirror" else "",
+                 "FEED_SERVE": "all"}  # the full index: every event reaches every handler
+    if mode == "served":
+        from feather.feeds.config import DEFAULT_TOML
+
+        config = Path(workdir) / "served.toml"
+        actors = ", ".join(f'"{a}"' for a in json.loads((Path(workdir) / "served.json").read_text()))
+        config.write_text(f"actors = [{actors}]\n" + DEFAULT_TOML)
+        overrides.update(FEED_SERVE="signed-in", FEATHERREADER_CONFIG=str(config))
+    app = create_app(overrides)
     upgrade(db.obj)
     settings = app.config["FEATHER"]
-    subs = [s for s in features.subscriptions(settings) if s.name == "global"] if all_features \
-        else mirror_feature.subscriptions(settings)
+    subs = mirror_feature.subscriptions(settings) if mode == "mirror" \
+        else [s for s in features.subscriptions(settings) if s.name == "global"]
     with db.connection_context(), db.atomic():
         store.save_cursor("global", store.Cursor(first_us))  # replay the whole log
     engine = Engine(app, subs)
@@ -75,10 +91,15 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, all_featu
     elapsed = time.perf_counter() - started
     stats = dict(stream.stats)
     engine.stop()
+    posts = None
+    if mode != "mirror":  # how much of the log this instance kept: its posts table
+        with db.connection_context():
+            table = app.extensions["feeds"].by_nsid(POST_NSID).table
+            posts = db.execute_sql(f"SELECT count(*) FROM {table}").fetchone()[0]
     # Steady: the median over the second half of the run, once caches and the queue have filled.
     tail = sorted(samples[len(samples) // 2:]) or [_status_kb("VmRSS")]
     print(json.dumps({"rate": n / elapsed, "peak_kb": _status_kb("VmHWM"), "steady_kb": tail[len(tail) // 2],
-                      "stats": stats}))
+                      "stats": stats, "posts": posts}))
 
 
 def _status_kb(field: str) -> int:
@@ -86,30 +107,29 @@ def _status_kb(field: str) -> int:
         return int(next(line.split()[1] for line in status if line.startswith(field + ":")))
 
 
-def run_child(url, n, first_us, last_us, workdir, all_features, postgres=None) -> dict:
-    with _database(postgres, workdir, all_features) as database:
+def run_child(url, n, first_us, last_us, workdir, mode, postgres=None) -> dict:
+    with _database(postgres, workdir, mode) as database:
         out = subprocess.run([sys.executable, __file__, "--child", url, str(n), str(first_us), str(last_us), workdir,
-                              "1" if all_features else "0", database], check=False, cwd=REPO, capture_output=True,
-                             text=True)
+                              mode, database], check=False, cwd=REPO, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"bench child failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _database(postgres: str | None, workdir: str, all_features: bool):
+def _database(postgres: str | None, workdir: str, mode: str):
     import contextlib
 
     if postgres:
         from tests.support.postgres import scratch_database
 
         return scratch_database(postgres, "feather_ingest")
-    return contextlib.nullcontext(f"sqlite:///{workdir}/bench-{int(all_features)}.db")
+    return contextlib.nullcontext(f"sqlite:///{workdir}/bench-{mode}.db")
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        url, n, first, last, workdir, every, database = sys.argv[2:]
-        child(url, int(n), int(first), int(last), workdir, every == "1", database)
+        url, n, first, last, workdir, mode, database = sys.argv[2:]
+        child(url, int(n), int(first), int(last), workdir, mode, database)
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
@@ -125,25 +145,48 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.jsonl"
         log.write_text("".join(json.dumps(f) + "\n" for f in frames))
+        (Path(tmp) / "served.json").write_text(json.dumps(served_accounts(frames, SERVED)))
         del frames
         with FakeJetstream(log=str(log), ttl_secs=0) as js:
             baseline = bare_receive(js.url, args.events)
-            engine_only = run_child(js.url, args.events, first_us, last_us, tmp, False, args.postgres)
-            everything = run_child(js.url, args.events, first_us, last_us, tmp, True, args.postgres)
+            engine_only = run_child(js.url, args.events, first_us, last_us, tmp, "mirror", args.postgres)
+            everything = run_child(js.url, args.events, first_us, last_us, tmp, "all", args.postgres)
+            served = run_child(js.url, args.events, first_us, last_us, tmp, "served", args.postgres)
     where = "PostgreSQL" if args.postgres else "SQLite"
     print(f"events streamed: {args.events:,} on {where}")
     print(f"bare websocket-client receive loop:         {baseline:10,.0f} events/s")
     print(f"feather engine + mirror handler ({where}): {engine_only['rate']:10,.0f} events/s   "
           f"ratio {engine_only['rate'] / baseline:.2f} (goal >= 0.5)   {_memory(engine_only)}")
-    print(f"feather engine + every feature's handler:   {everything['rate']:10,.0f} events/s   "
+    print(f"feather engine + every feature's handler, FEED_SERVE=all: {everything['rate']:10,.0f} events/s   "
           f"ratio {everything['rate'] / baseline:.2f} (goal >= 0.25)   {_memory(everything)}")
-    print(f"queue-full drops: {engine_only['stats'].get('queue_full', 0)} / {everything['stats'].get('queue_full', 0)}")
+    print(f"feather engine + every feature, default FEED_SERVE=signed-in ({SERVED} served accounts): "
+          f"{served['rate']:10,.0f} events/s   ratio {served['rate'] / baseline:.2f} (goal >= 0.25)   {_memory(served)}"
+          f"   stored {served['posts']:,} of the full index's {everything['posts']:,} posts "
+          f"({served['posts'] / max(everything['posts'], 1):.0%})")
+    drops = "/".join(str(r["stats"].get("queue_full", 0)) for r in (engine_only, everything, served))
+    print(f"queue-full drops (mirror/all/served): {drops}")
     from bench.report import figure
 
-    figure(f"ingest, every feature, {where}", everything["rate"], baseline, "events/s", ">= 0.25")
+    figure(f"ingest, every feature, full index (FEED_SERVE=all), {where}", everything["rate"], baseline,
+           "events/s", ">= 0.25")
+    figure(f"ingest, every feature, default FEED_SERVE=signed-in ({SERVED} served), {where}", served["rate"],
+           baseline, "events/s", ">= 0.25")
     figure(f"ingest, minimal mirror handler, {where}", engine_only["rate"], baseline, "events/s", ">= 0.5")
     figure(f"RSS steady, every feature, {where}", everything["steady_kb"] / 1024, None, "MiB", "<= 128")
     figure(f"RSS peak, every feature, {where}", everything["peak_kb"] / 1024, None, "MiB", "<= 512")
+
+
+SERVED = 10
+FOLLOW_NSID, POST_NSID = "app.bsky.graph.follow", "app.bsky.feed.post"
+
+
+def served_accounts(frames: list[dict], k: int, seed: int = 19) -> list[str]:
+    """k accounts drawn (seeded) from those that follow someone in the log: a small instance's
+    users. Not the busiest: in a 2,000-account log the ten busiest follow nearly everyone, which
+    is the full index again; the stored share printed beside the figure shows what was chosen."""
+    followers = sorted({f["did"] for f in frames if (f.get("commit") or {}).get("collection") == FOLLOW_NSID
+                        and f["commit"].get("operation") == "create"})
+    return random.Random(seed).sample(followers, k)
 
 
 def _memory(result: dict) -> str:
