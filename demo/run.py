@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -94,6 +95,21 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     raise SystemExit(f"demo: {url} did not answer within {timeout:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when demo/run.py dies, even by kill -9, so the fake
+    Jetstream and gunicorn never outlive it holding their ports (Linux; elsewhere Ctrl-C only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != _PARENT:  # the parent died before prctl: no signal will come
+        os._exit(1)
+
+
+_PARENT = os.getpid()
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
     for proc in reversed(procs):
         if proc.poll() is None:
@@ -131,14 +147,16 @@ def main(argv=None) -> int:
     try:
         js = subprocess.Popen([sys.executable, "-m", "tests.support.fake_jetstream", "--host", "127.0.0.1",
                                "--port", str(args.jetstream_port), "--log", str(EVENTS), "--ttl-secs", "0"],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              preexec_fn=_die_with_parent)
         procs.append(js)
         line = js.stdout.readline()
         if not line:
             raise SystemExit(f"demo: the fake Jetstream did not start (port {args.jetstream_port} busy?)")
         print(f"demo: Jetstream replaying {EVENTS.relative_to(REPO)} at {json.loads(line)['url']}", flush=True)
         web = subprocess.Popen([str(bindir / "gunicorn"), "-k", "gevent", "-w", "1", "--bind",
-                                f"127.0.0.1:{args.port}", "app:app"], cwd=REPO, env=env)
+                                f"127.0.0.1:{args.port}", "app:app"], cwd=REPO, env=env,
+                               preexec_fn=_die_with_parent)
         procs.append(web)
         base = f"http://127.0.0.1:{args.port}"
         wait_http(base + "/health", web)

@@ -102,3 +102,32 @@ def test_make_demo_shows_a_timeline_the_catalogue_and_sync(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, log.read_text()[-4000:]
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_killing_make_demo_with_sigkill_frees_its_ports_for_the_next_run(tmp_path):
+    port, js_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEATHERREADER_") and k != "DATABASE_URL"}
+    cmd = [sys.executable, str(REPO / "demo" / "run.py"), "--port", str(port), "--jetstream-port", str(js_port),
+           "--db", str(tmp_path / "demo.db")]
+    for attempt in ("first", "second"):
+        log = tmp_path / f"demo-{attempt}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + DEADLINE_S
+        _wait_for("/health", lambda: requests.get(f"http://127.0.0.1:{port}/health", timeout=5).ok, proc, log,
+                  deadline)
+        assert _port_open(js_port)
+        proc.kill()  # no chance to stop its children
+        proc.wait()
+        until = time.monotonic() + 20
+        while (_port_open(port) or _port_open(js_port)) and time.monotonic() < until:
+            time.sleep(0.2)
+        assert not _port_open(port) and not _port_open(js_port), f"{attempt} run's children outlived it"
