@@ -9,11 +9,10 @@ upsert per record: the engine's own cost); with every built-in feature's handler
 stream and FEED_SERVE=all (a full index: every event reaches the feeds store, the heaviest case);
 and with every feature at the default FEED_SERVE=signed-in, serving ten accounts drawn from the
 log (a small instance's users: only what matters to them is stored, and the share of the log's
-posts that was is printed beside the figure).
-With --postgres all run on scratch databases made beside URL instead of SQLite files. Each runs
-in a child process,
-whose steady RSS (median over the second half of the ingest) and peak RSS are reported against
-the 128 MiB steady goal and the 512 MB VM budget.
+posts that was is printed beside the figure). With --postgres all three run on scratch databases
+made beside URL instead of SQLite files. Each runs in a child process, whose steady RSS (median
+over the second half of the ingest) and peak RSS are reported against the 128 MiB steady goal
+and the 512 MB VM budget.
 """
 from __future__ import annotations
 
@@ -40,9 +39,6 @@ def bare_receive(url: str, n: int) -> float:
     elapsed = time.perf_counter() - started
     ws.close()
     return n / elapsed
-
-
-MODES = ("mirror", "all", "served")
 
 
 def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str, database: str) -> None:
