@@ -44,18 +44,29 @@ def count_for(feed_url: str, k: int) -> int | None:
     return row[0] if row and row[0] >= k else None
 
 
-def attributions(k: int, fresh_since_us: int) -> dict[str, list[str]]:
-    """feed_url -> names of opted-in accounts, for feeds at or above the floor only.
+def attributions(feed_urls: list[str], k: int, fresh_since_us: int) -> dict[str, list[str]]:
+    """feed_url -> names of opted-in accounts subscribed to it, for these feeds (the ones a page
+    shows) and only where the feed is at or above the floor.
 
-    The name is the handle while its last two-way check is newer than `fresh_since_us`, else
-    the DID: a handle can change hands, and a stale one could name the wrong person."""
-    name = "CASE WHEN a.handle IS NOT NULL AND a.handle_checked_us >= ? THEN a.handle ELSE a.did END"
-    rows = db.execute_sql(_q(
-        f"SELECT s.feed_url, {name} AS name FROM net_attribution a"
-        " JOIN net_subscription s ON s.did = a.did"
-        " JOIN net_feed_rollup r ON r.feed_url = s.feed_url AND r.subscriber_count >= ?"
-        " GROUP BY s.feed_url, name ORDER BY s.feed_url, name"), (fresh_since_us, k)).fetchall()
+    Driven from the opt-in set (CROSS JOIN keeps SQLite's join order): it grows with the accounts
+    that asked to be named, while net_subscription grows with the whole network, and walking it
+    once per page render is what made /network slow. The name is the handle while its last two-way
+    check is newer than `fresh_since_us`, else the DID: a handle can change hands, and a stale one
+    could name the wrong person."""
+    if not feed_urls:
+        return {}
+    sql, params = attributions_sql(feed_urls, k, fresh_since_us)
     out: dict[str, list[str]] = {}
-    for url, name in rows:
+    for url, name in db.execute_sql(_q(sql), params).fetchall():
         out.setdefault(url, []).append(name)
     return out
+
+
+def attributions_sql(feed_urls: list[str], k: int, fresh_since_us: int) -> tuple[str, tuple]:
+    """The statement attributions() runs (tests/test_network_explain.py plans this one)."""
+    name = "CASE WHEN a.handle IS NOT NULL AND a.handle_checked_us >= ? THEN a.handle ELSE a.did END"
+    marks = ", ".join("?" * len(feed_urls))
+    return (f"SELECT s.feed_url, {name} AS name FROM net_attribution a CROSS JOIN net_subscription s"
+            f" JOIN net_feed_rollup r ON r.feed_url = s.feed_url AND r.subscriber_count >= ?"
+            f" WHERE s.did = a.did AND s.feed_url IN ({marks})"
+            " GROUP BY s.feed_url, name ORDER BY s.feed_url, name", (fresh_since_us, k, *feed_urls))

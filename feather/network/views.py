@@ -87,9 +87,10 @@ def catalogue():
     k = s.featherreader_net_k
     from feather.network import names
 
-    return render_template("network/index.html", k=k, recent=queries.recently_added(k),
-                           popular=queries.most_subscribed(k),
-                           names=queries.attributions(k, names.fresh_since(store.now_us())),
+    recent, popular = queries.recently_added(k), queries.most_subscribed(k)
+    shown = sorted({f.feed_url for f in recent + popular})
+    return render_template("network/index.html", k=k, recent=recent, popular=popular,
+                           names=queries.attributions(shown, k, names.fresh_since(store.now_us())),
                            updated_us=store.get_state("rollup.updated_at"))
 
 
