@@ -218,3 +218,30 @@ def test_admin_shows_the_catalogue_and_timeline_figures(make_app):
     html = " ".join(client.get("/admin").get_data(as_text=True).split())
     assert "<dt>Feeds at or over the floor (k = 5)</dt><dd>1</dd>" in html
     assert "<dt>Actors</dt><dd>2</dd> <dt>Feed rows</dt><dd>3</dd>" in html
+
+
+def test_admin_timeline_counts_stop_at_the_cap_and_seek_actor_to_actor(make_app, monkeypatch):
+    from feather.admin import sections
+    from tests.test_feeds_explain import plan, unbounded_scans
+
+    app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR)
+    with app.app_context(), db.connection_context(), db.atomic():
+        for actor, uri in (("did:plc:a", "at://x/p/1"), ("did:plc:a", "at://x/p/2"), ("did:plc:b", "at://x/p/1"),
+                           ("did:plc:c", "at://x/p/3")):
+            db.execute_sql(current_dialect().q("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                                               " VALUES (?, ?, 'post', 1)"), (actor, uri))
+    client = app.test_client()
+    sign_in(app, client, did=OPERATOR, handle="operator.test")
+
+    def figures():
+        html = " ".join(client.get("/admin").get_data(as_text=True).split())
+        return html[html.index("<dt>Actors</dt>"):html.index("<dt>Last full prune pass</dt>")]
+
+    assert figures() == "<dt>Actors</dt><dd>3</dd> <dt>Feed rows</dt><dd>4</dd> "
+    monkeypatch.setattr(sections, "COUNT_CAP", 3)
+    assert figures() == "<dt>Actors</dt><dd>3</dd> <dt>Feed rows</dt><dd>over 3</dd> "
+    monkeypatch.setattr(sections, "COUNT_CAP", 2)
+    assert figures() == "<dt>Actors</dt><dd>over 2</dd> <dt>Feed rows</dt><dd>over 2</dd> "
+    with app.app_context(), db.connection_context():
+        lines = plan(sections.ACTORS_SQL, (2,))
+    assert unbounded_scans(lines, ["feed_items", "f"]) == [], lines
