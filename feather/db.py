@@ -7,6 +7,7 @@ inside SQLite's busy handler: keep network I/O out of transactions.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -201,6 +202,21 @@ def bind(url: str) -> peewee.Database:
 
 def current_dialect() -> Dialect:
     return dialect_for(db.obj)
+
+
+@contextlib.contextmanager
+def index_planned():
+    """Inside a transaction: its statements plan by index, as Dialect.index_planning_sql says
+    why; the session's own settings come back when the block ends (on an error the transaction
+    is rolled back, and the settings with it)."""
+    d = current_dialect()
+    sql = d.index_planning_sql(True)
+    if sql is None:
+        yield
+        return
+    db.execute_sql(sql)
+    yield
+    db.execute_sql(d.index_planning_sql(False))
 
 
 def _install_gevent_wait_callback() -> None:

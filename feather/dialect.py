@@ -165,6 +165,21 @@ class Dialect:
         for table in tables:
             database.execute_sql(f"VACUUM FULL {table}")
 
+    def index_planning_sql(self, on: bool) -> str | None:
+        """PostgreSQL: while on, plan joins as index nested loops and never a Seq Scan where an
+        index can serve (SET LOCAL: this transaction only; off restores the session's settings).
+
+        For statements that are index-bounded by design (the ingest batch's, pinned by the EXPLAIN
+        guardrail). Their tables grow faster than autovacuum's ANALYZE follows, and on stale
+        statistics the planner guessed that a 500-row VALUES table would match a large share of
+        feed_items and hashed a Seq Scan of all of it, per batch. These only add a cost to the
+        other paths, so a statement no index can serve still plans (and the guardrail catches it).
+        """
+        if self.is_sqlite:
+            return None
+        value = "= off" if on else "TO DEFAULT"
+        return "; ".join(f"SET LOCAL enable_{path} {value}" for path in ("seqscan", "hashjoin", "mergejoin"))
+
     def explain(self, database: peewee.Database, sql: str, params=()) -> list[str]:
         """The query plan as lines of text, for tests that forbid bare table scans."""
         if self.is_sqlite:

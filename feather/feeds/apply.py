@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from feather.db import db
+from feather.db import db, index_planned
 from feather.feeds import admission as admission_db
 from feather.feeds import authors, batch, fanout, identities, plan, records, schema
 from feather.feeds.admission import Admission
@@ -78,6 +78,13 @@ def apply_batch(config: FeedsConfig, events, admission: Admission | None = None)
         if not events:
             return 0
     schema.ensure(config)
+    # Every statement below is index-bounded (the EXPLAIN guardrail); on PostgreSQL it is also
+    # planned that way while statistics lag a fast-growing table (Dialect.index_planning_sql).
+    with index_planned():
+        return _apply(config, events, admission)
+
+
+def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
     commits = [event for event in events if isinstance(event, CommitEvent)]
     renamed = [event.did for event in events if isinstance(event, IdentityEvent)]
     if renamed:
