@@ -11,6 +11,8 @@ from feather.db import db
 from tests.fixtures.feeds.feedkit import (
     BASE_US, POST, PROFILE, FakeSources, feeds_app, follow, ingest, iso, join_backfills, post, rows, toml,
 )
+from feather.feeds import schema
+from feather.feeds.sources import SourceError
 from feather.jetstream.events import IdentityEvent
 
 A, C, D = "did:plc:aaaa", "did:plc:cccc", "did:plc:dddd"
@@ -126,3 +128,60 @@ def test_gunicorn_passes_request_lines_up_to_its_maximum():
     scope: dict = {}
     exec((REPO / "gunicorn.conf.py").read_text(), scope)
     assert scope["limit_request_line"] == 8190
+
+
+class _Unreachable(FakeSources):
+    """The PLC directory and every PDS down (refused), or blackholed (no answer at all)."""
+
+    def __init__(self, hang: bool = False):
+        super().__init__()
+        self.hang = hang
+
+    def verified_handle(self, did):
+        self.calls.append(("handle", did))
+        return self._fail()
+
+    def get_record(self, did, collection, rkey):
+        self.calls.append(("get", did, collection))
+        return self._fail()
+
+    def _fail(self):
+        if self.hang:
+            import gevent
+            gevent.sleep(30)
+        raise SourceError("could not connect")
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["refused", "blackholed"])
+def test_a_failed_lookup_is_asked_again_only_after_the_retry_interval(make_app, tmp_path, monkeypatch, hang):
+    from feather.feeds import identities
+
+    monkeypatch.setattr(identities, "LOOKUP_DEADLINE_S", 0.3)
+    down = _Unreachable(hang)
+    app = feeds_app(make_app, tmp_path, toml(), sources=down)
+    config = app.extensions["feeds"]
+    t = BASE_US
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        answers = [identities.hydrate(app, config, [C], now=now)
+                   for now in (t, t + 1, t + identities.LOOKUP_RETRY_US - 1)]
+        assert answers == [{C: None}] * 3
+        assert sorted(down.calls) == [("get", C, PROFILE), ("handle", C)]
+        identities.hydrate(app, config, [C], now=t + identities.LOOKUP_RETRY_US)
+    assert sorted(down.calls) == [("get", C, PROFILE), ("get", C, PROFILE), ("handle", C), ("handle", C)]
+
+
+def test_a_failed_recheck_keeps_the_handle_verified_before(make_app, tmp_path):
+    from feather.feeds import identities
+
+    sources = FakeSources(handles={"cy.test": C})
+    app = feeds_app(make_app, tmp_path, toml(), sources=sources)
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        assert identities.hydrate(app, config, [C], now=BASE_US) == {C: "cy.test"}
+        app.extensions["feeds_sources"] = _Unreachable()
+        later = BASE_US + identities.HANDLE_TTL_US
+        assert identities.hydrate(app, config, [C], now=later) == {C: "cy.test"}
+        assert db.execute_sql("SELECT handle, handle_checked_us FROM feed_identities WHERE did = ?",
+                              (C,)).fetchone() == ("cy.test", later - identities.HANDLE_TTL_US + identities.LOOKUP_RETRY_US)

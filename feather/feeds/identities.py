@@ -6,8 +6,11 @@ identity changed. A profile record the store lacks (an author whose profile neve
 the stream) is fetched from the author's PDS and stored; a miss is remembered for
 PROFILE_TTL_US so a profile-less account does not cost a lookup on every read. Each read does
 at most MAX_LOOKUPS network lookups, concurrently, under LOOKUP_DEADLINE_S; what does not make
-it answers `handle: null` (or no profile) this time and is looked up on a later read. Network
-first, then one short transaction: a transaction never waits on a PDS.
+it answers `handle: null` (or no profile) this time. A lookup that failed or ran out of time is
+not asked again for LOOKUP_RETRY_US: with the PLC directory or a PDS down (or a DID that no
+longer resolves) every page would otherwise repeat the same lookups, and a blackholed one would
+hold each page for the whole deadline. Network first, then one short transaction: a transaction
+never waits on a PDS.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ PROFILE_TTL_US = 3_600_000_000
 MAX_LOOKUPS = 10
 LOOKUP_CONCURRENCY = 5
 LOOKUP_DEADLINE_S = 3.0
+LOOKUP_RETRY_US = 600_000_000
+FAILED = object()  # a lookup's result when it failed or did not finish in time
 
 
 def _q(sql: str) -> str:
@@ -73,12 +78,12 @@ def hydrate(app, config: FeedsConfig, dids: list[str], now: int | None = None) -
         with db.atomic():
             _save(profile_colls, results, known, now)
     handles = {did: known.get(did, (None,))[0] for did in dids}
-    handles.update({did: value for (kind, did), value in results.items() if kind == "handle"})
+    handles.update({did: value for (kind, did), value in results.items() if kind == "handle" and value is not FAILED})
     return handles
 
 
 def _lookup(app, profile_colls, work) -> dict:
-    """Network only: {(kind, did): handle | [(collection, cid, record)]}; failures are left out."""
+    """Network only: {(kind, did): handle | [(collection, cid, record)] | FAILED}."""
     sources = sources_for(app)
     results: dict = {}
 
@@ -99,13 +104,19 @@ def _lookup(app, profile_colls, work) -> dict:
                         found.append((c, got[0], got[1]))
                 results[item] = found
         except SourceError as exc:
-            log.info("feeds: %s lookup of %s failed: %s", kind, did, exc)
+            log.info("feeds: %s lookup of %s failed (asked again in %d min): %s", kind, did,
+                     LOOKUP_RETRY_US // 60_000_000, exc)
+            results[item] = FAILED
 
     pool = Pool(LOOKUP_CONCURRENCY)
     for item in work:
         pool.spawn(one, item)
     if not pool.join(timeout=LOOKUP_DEADLINE_S):
-        pool.kill(block=False)  # what did not finish is looked up on a later read
+        pool.kill(block=False)
+        late = [item for item in work if item not in results]
+        log.info("feeds: %d lookup(s) did not finish within %.0f s (asked again in %d min)", len(late),
+                 LOOKUP_DEADLINE_S, LOOKUP_RETRY_US // 60_000_000)
+        results.update((item, FAILED) for item in late)
     return dict(results)
 
 
@@ -115,9 +126,19 @@ def _save(profile_colls, results: dict, known: dict, now: int) -> None:
                        " handle_checked_us = excluded.handle_checked_us")
     upsert_profile = _q("INSERT INTO feed_identities (did, profile_checked_us) VALUES (?, ?)"
                         " ON CONFLICT (did) DO UPDATE SET profile_checked_us = excluded.profile_checked_us")
-    for (kind, did), value in sorted(results.items()):
+    # A failure keeps what is known (a handle verified earlier stays) and moves only the check
+    # time: far enough back that the next lookup comes LOOKUP_RETRY_US from now, not a TTL away.
+    retry_handle = _q("INSERT INTO feed_identities (did, handle_checked_us) VALUES (?, ?)"
+                      " ON CONFLICT (did) DO UPDATE SET handle_checked_us = excluded.handle_checked_us")
+    for (kind, did), value in sorted(results.items(), key=lambda kv: kv[0]):
         if kind == "handle":
-            db.execute_sql(upsert_handle, (did, value, now))
+            if value is FAILED:
+                db.execute_sql(retry_handle, (did, now - HANDLE_TTL_US + LOOKUP_RETRY_US))
+            else:
+                db.execute_sql(upsert_handle, (did, value, now))
+            continue
+        if value is FAILED:
+            db.execute_sql(upsert_profile, (did, now - PROFILE_TTL_US + LOOKUP_RETRY_US))
             continue
         db.execute_sql(upsert_profile, (did, now))
         for c, cid, record in value:
