@@ -220,3 +220,28 @@ def test_cursor_is_saved_with_the_batch_and_only_moves_forward(engine_for, jetst
         store.save_cursor("global", store.Cursor(last - 10_000_000))
     with db.connection_context():
         assert store.load_cursor("global").time_us == last
+
+
+def test_the_last_account_leaving_closes_the_connection_quietly_and_idles(engine_for, jetstream, tmp_path,
+                                                                           monkeypatch, caplog):
+    """An emptied DID set is not a fault: the socket is closed (an empty wantedDids would mean
+    every DID), the log says why at INFO, and the stream idles instead of reconnecting."""
+    dids_file = tmp_path / "dids"
+    dids_file.write_text("did:plc:alice\n")
+    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    dids_file.write_text("")
+    caplog.set_level("INFO", logger="feather.jetstream.consumer")
+    with app.app_context(), db.connection_context():
+        engine.refresh_membership("mirror")
+    wait_until(connected(jetstream, 0), message="the connection closed")
+    gevent.sleep(1.5)  # past the first backoff step: a reconnect would have happened by now
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "feather.jetstream.consumer"]
+    assert said == [("INFO", "jetstream mirror: closed the connection: no account left to follow")]
+    stream = engine.streams["mirror"]
+    assert (jetstream.stats()["connects_total"], stream.stats["disconnects"], stream.closed_for) == (1, 0, None)
+    dids_file.write_text("did:plc:bob\n")
+    wait_until(connected(jetstream), timeout=15, message="a connection once an account is back")
+    assert jetstream.stats()["opened"][-1]["wantedDids"] == 1

@@ -59,6 +59,7 @@ class Stream(BatchWriter):
         self.high_water: tuple[int, int, int | None] | None = None
         self.host_index = 0
         self.generation = 0  # bumped by the writer when it throws away queued events
+        self.closed_for: str | None = None  # why this process closed the socket itself, if it did
         self.first_seen: store.Cursor | None = None  # first event this process received
         self.connected = Flag()
         self.obs = StreamObserver()
@@ -191,6 +192,11 @@ class Stream(BatchWriter):
             if self.stopping.is_set():
                 self.obs.disconnected(None)
                 break
+            if self.closed_for is not None:  # closed on purpose: the loop's top says what comes next
+                log.info("jetstream %s: closed the connection: %s", self.sub.name, self.closed_for)
+                self.obs.disconnected(None)
+                self.closed_for, attempt = None, 0
+                continue
             self.obs.disconnected(f"disconnected from {host}: {reason}")
             if self.stats["received"] > received_before or time.time() - connected_at >= STABLE_CONNECTION_SECS:
                 # Only a connection that delivered events (or held up a while on a quiet stream)
@@ -287,7 +293,8 @@ class Stream(BatchWriter):
         if dids == self.sent_dids:
             return False
         if not dids:
-            self._close_socket()  # nobody left: never widen to "all DIDs"
+            self.closed_for = "no account left to follow"  # never widen to "all DIDs"
+            self._close_socket()
             return True
         message = {"type": "options_update",
                    "payload": {"wantedCollections": self.sub.collections, "wantedDids": dids}}
