@@ -67,13 +67,19 @@ def test_forced_drop_resumes_from_cursor_with_no_gap_and_no_duplicate(engine_for
     assert jetstream.stats()["connects_total"] == 2
 
 
-def test_options_update_changes_membership_without_reconnecting(engine_for, jetstream, tmp_path, monkeypatch):
+def connected_for_alice(engine_for, jetstream, tmp_path, monkeypatch):
+    """An engine whose stream follows did:plc:alice alone (the DID file it re-reads), connected."""
     dids_file = tmp_path / "dids"
     dids_file.write_text("did:plc:alice\n")
     monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
     app, engine = engine_for()
     engine.start()
     wait_until(connected(jetstream), message="connection")
+    return app, engine, dids_file
+
+
+def test_options_update_changes_membership_without_reconnecting(engine_for, jetstream, tmp_path, monkeypatch):
+    app, engine, dids_file = connected_for_alice(engine_for, jetstream, tmp_path, monkeypatch)
     jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "a1", "create"),
                       make_commit("did:plc:bob", "app.bsky.feed.post", "b1", "create")])
     wait_until(lambda: set(rows()) == {"at://did:plc:alice/app.bsky.feed.post/a1"}, message="alice only")
@@ -226,12 +232,7 @@ def test_the_last_account_leaving_closes_the_connection_quietly_and_idles(engine
                                                                            monkeypatch, caplog):
     """An emptied DID set is not a fault: the socket is closed (an empty wantedDids would mean
     every DID), the log says why at INFO, and the stream idles instead of reconnecting."""
-    dids_file = tmp_path / "dids"
-    dids_file.write_text("did:plc:alice\n")
-    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
-    app, engine = engine_for()
-    engine.start()
-    wait_until(connected(jetstream), message="connection")
+    app, engine, dids_file = connected_for_alice(engine_for, jetstream, tmp_path, monkeypatch)
     dids_file.write_text("")
     caplog.set_level("INFO", logger="feather.jetstream.consumer")
     with app.app_context(), db.connection_context():
