@@ -190,3 +190,22 @@ def test_an_edit_of_a_record_no_longer_stored_moves_its_old_feed_row_instead_of_
     with app.app_context(), db.connection_context(), db.atomic():
         apply.apply_commits(app.extensions["feeds"], [edit], ordered_only=ordered_only)
     assert rows(app, "SELECT actor, uri, time_us FROM feed_items") == [(a, uri, BASE_US + 50)]
+
+
+def test_a_record_deleted_twice_in_one_batch_keeps_the_later_delete_as_its_tombstone(app):
+    """Delete, re-create, delete again, all in one batch on the set-based path: the tombstone is
+    the second delete, so a replay of the re-create (older than it) is refused afterwards."""
+    _schema(app)
+    s, reader = "did:plc:solo", "did:plc:reader"
+    uri = f"at://{s}/{POST}/p1"
+    first = [follow(reader, "f1", s), post(s, "p1", BASE_US + 1)]
+    recreate = create(s, POST, "p1", {"text": "again", "createdAt": iso(BASE_US + 3)}, time_us=BASE_US + 3)
+    batch = [delete(s, POST, "p1", time_us=BASE_US + 2), recreate, delete(s, POST, "p1", time_us=BASE_US + 4)]
+    paths: dict = {}
+    result = apply_log(app, [first, batch, [recreate]], ordered_only=False, paths=paths)
+    assert result["tombstones"] == [(uri, BASE_US + 4)]
+    assert (result["posts"], [r for r in result["feed_items"] if r[1] == uri]) == ([], [])
+    # The first batch's follow and post meet (ordered); the second's three steps went set-based;
+    # the replayed re-create is refused (no step at all).
+    assert paths == {"ordered": 2, "grouped": 3}
+    assert apply_log(app, [first, batch, [recreate]], ordered_only=True) == result

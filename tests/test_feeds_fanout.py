@@ -207,12 +207,16 @@ def test_a_create_after_the_delete_is_a_new_record_not_a_replay(app):
 
 
 def test_tombstones_far_behind_the_ingest_cursor_are_swept(app):
+    """Exactly those more than the margin behind the cursor: a replay (5 s) never reaches them."""
     from feather.db import db
     from feather.feeds.apply import TOMBSTONE_MARGIN_US, sweep_tombstones
 
-    ingest(app, [post(C, "old", BASE_US + 1), post(C, "new", BASE_US + 2)])
-    ingest(app, [delete(C, POST, "old", time_us=BASE_US + 3)])
-    ingest(app, [delete(C, POST, "new", time_us=BASE_US + TOMBSTONE_MARGIN_US + 10)])  # the cursor moves on
+    cursor = BASE_US + TOMBSTONE_MARGIN_US + 100
+    ingest(app, [post(C, "old", BASE_US + 1), post(C, "edge", BASE_US + 2), post(C, "new", BASE_US + 3)])
+    ingest(app, [delete(C, POST, "old", time_us=cursor - TOMBSTONE_MARGIN_US - 1),
+                 delete(C, POST, "edge", time_us=cursor - TOMBSTONE_MARGIN_US),
+                 delete(C, POST, "new", time_us=cursor - 1)])
+    ingest(app, [post(D, "later", cursor)])  # the cursor moves on
     with app.app_context(), db.connection_context():
         assert sweep_tombstones() == 1
-    assert rows(app, "SELECT uri FROM feed_tombstones") == [(uri(C, "new"),)]
+    assert rows(app, "SELECT uri FROM feed_tombstones ORDER BY uri") == [(uri(C, "edge"),), (uri(C, "new"),)]

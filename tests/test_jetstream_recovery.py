@@ -151,6 +151,31 @@ def test_a_handler_failing_mid_batch_commits_nothing_and_the_batch_replays_exact
     assert len(tracebacks) == 1  # one streak, however many replays failed
 
 
+def test_the_writer_recovers_when_the_failed_batch_itself_applies_even_if_nothing_follows(
+        engine_for, jetstream, monkeypatch):  # noqa: F811
+    """The failing batch is the stream's last: once its replay applies, the writer is healthy again
+    (/health reads this streak), without waiting for an event that may not come for hours."""
+    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
+    monkeypatch.setattr(writer, "BATCH_EVENTS", 3)
+    monkeypatch.setattr(mirror_feature, "FAIL_RKEY", "b2")
+    app, engine = engine_for()
+    engine.start()
+    stream = engine.streams["global"]
+    wait_until(connected(jetstream), message="connection")
+    now = int(time.time() * 1_000_000)
+    first = [make_commit("did:plc:alice", POST, "a0", "create", time_us=now - 20_000_000)]
+    jetstream.append(first)  # a batch that applies (and creates the mirror's tables) before the fault
+    wait_until(lambda: stream.cursor == store.Cursor(first[-1]["time_us"]), message="the first batch applied")
+    monkeypatch.setattr(mirror_feature, "fails_left", 2)
+    events = [make_commit("did:plc:alice", POST, f"b{i}", "create", time_us=now - 10_000_000 + i) for i in range(3)]
+    jetstream.append(events)
+    expected, _ = mirror_feature.expected_state(first + events)
+    wait_until(lambda: rows() == expected, message="the replay applied the failed batch")
+    wait_until(lambda: stream.cursor == store.Cursor(events[-1]["time_us"]), message="the cursor at the last event")
+    assert (stream.stats["batch_failures"], stream.writer_piece.failures, mirror_feature.fails_left) == (2, 2, 0)
+    assert stream.writer_piece.streak == 0
+
+
 def test_a_reader_killed_by_a_bug_is_restarted_by_the_supervisor_and_logged_once(
         engine_for, jetstream, monkeypatch, caplog):  # noqa: F811
     """Catches: a reader greenlet that dies for good when something outside its retry loop raises."""
