@@ -117,6 +117,16 @@ def test_sections_hold_25_rows_ordered_by_count_then_url(page_app):
     assert urls == expected[:25]
 
 
+def test_recently_added_holds_the_25_newest_feeds_at_or_over_the_floor_newest_first(page_app):
+    feeds = {f"https://r{i:02d}.example/feed": 5 for i in range(30)}  # first seen in this order
+    feeds["https://newest-but-hidden.example/feed"] = 4
+    seed(page_app, feeds)
+    html = page_app.test_client().get("/network").get_data(as_text=True)
+    recent = html[html.index("Recently added"):html.index("Most subscribed")]
+    urls = re.findall(r'<a href="(https://[^"]+)"', recent)
+    assert urls == [f"https://r{i:02d}.example/feed" for i in range(29, 4, -1)]
+
+
 def test_non_http_urls_render_as_escaped_text_never_as_links(page_app):
     pub = "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/site.standard.publication/3lwafzkjqm25s"
     seed(page_app, {pub: 5, "https://q.example/feed?a=%22%3E%3Cb%3E": 5})

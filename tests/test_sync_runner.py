@@ -235,6 +235,22 @@ def test_exhausted_hourly_budget_waits_and_disables_nothing(env):
     assert env.run() == 1
 
 
+def test_the_daily_budget_allows_spending_exactly_up_to_it(env):
+    from feather.sync.pacer import Budget
+
+    env.runner.budget = Budget(hourly=1000, daily=6)
+    env.enable(ALICE, ["bluesky", "tangled"])
+    for subject in ("did:plc:s1", "did:plc:s2", "did:plc:s3"):
+        env.pds.add_profile(subject, TANGLED_PROFILE)
+        env.follow(ALICE, BSKY, subject)
+    env.echo()
+    assert env.run() == 2  # 3 + 3 points is exactly the day's 6; a third create would make 9
+    env.clock.advance(86399)
+    assert env.run() == 0
+    env.clock.advance(1)
+    assert env.run() == 1
+
+
 def test_per_app_daily_follow_cap(env):
     from feather.sync.pacer import Budget
 
