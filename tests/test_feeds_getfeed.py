@@ -172,3 +172,42 @@ def test_get_record_errors_and_handle_form_uri(app, client):
         assert (response.status_code, response.json["message"]) == (400, "uri must be at://<actor>/<collection>/<rkey>")
     missing = client.get(f"{path}?uri=at://{A}/{POST}/nope")
     assert (missing.status_code, missing.json) == (404, {"error": "RecordNotFound", "message": "Record not found"})
+
+
+def test_a_field_sort_puts_records_without_the_field_last_in_either_order_and_pages_through_them(app, client):
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [post(C, "p1", BASE_US + 1, langs="en"), post(C, "p2", BASE_US + 2),
+                 post(C, "p3", BASE_US + 3, langs="de"), post(C, "p4", BASE_US + 4)])
+    base = f"{GET_FEED}?feed=timeline&actor={A}&sort=langs"
+    rkeys = lambda body: [r["rkey"] for r in body["records"]]
+    assert rkeys(client.get(base).json) == ["p3", "p1", "p4", "p2"]  # asc by default; no field: newest first
+    assert rkeys(client.get(base + "&order=desc").json) == ["p1", "p3", "p4", "p2"]
+    first = client.get(base + "&limit=3").json
+    assert rkeys(first) == ["p3", "p1", "p4"]
+    second = client.get(base + f"&limit=3&cursor={first['cursor']}").json
+    assert (rkeys(second), "cursor" in second) == (["p2"], False)
+
+
+def test_profiles_name_each_author_once_however_many_of_their_records_the_page_holds(app, client):
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [post(C, f"c{i}", BASE_US + i) for i in range(1, 4)])
+    body = client.get(f"{GET_FEED}?feed=timeline&actor={A}&profiles=true").json
+    assert (len(body["records"]), body["profiles"]) == (3, [{"did": C, "handle": None}])
+
+
+def test_a_cursor_longer_than_the_limit_is_ignored_even_when_it_decodes():
+    """Defence in depth (the XRPC routes already refuse URLs over 4096 bytes): the decoder never
+    parses more than MAX_CURSOR_CHARS."""
+    from feather.feeds import cursor as cursors
+
+    def of_length(n: int) -> str:
+        for pad in range(n):
+            text = cursors.encode(5, "at://" + "x" * pad, "time")
+            if len(text) >= n:
+                return text
+        raise AssertionError(n)
+
+    longest, over = of_length(cursors.MAX_CURSOR_CHARS), of_length(cursors.MAX_CURSOR_CHARS + 1)
+    assert (len(longest), len(over)) == (cursors.MAX_CURSOR_CHARS, cursors.MAX_CURSOR_CHARS + 2)
+    assert cursors.decode(longest, "time").t == 5
+    assert cursors.decode(over, "time") is None
