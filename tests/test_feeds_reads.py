@@ -183,5 +183,5 @@ def test_a_failed_recheck_keeps_the_handle_verified_before(make_app, tmp_path):
         app.extensions["feeds_sources"] = _Unreachable()
         later = BASE_US + identities.HANDLE_TTL_US
         assert identities.hydrate(app, config, [C], now=later) == {C: "cy.test"}
-        assert db.execute_sql("SELECT handle, handle_checked_us FROM feed_identities WHERE did = ?",
-                              (C,)).fetchone() == ("cy.test", later - identities.HANDLE_TTL_US + identities.LOOKUP_RETRY_US)
+    assert rows(app, "SELECT handle, handle_checked_us FROM feed_identities WHERE did = ?", (C,)) == [
+        ("cy.test", later - identities.HANDLE_TTL_US + identities.LOOKUP_RETRY_US)]
