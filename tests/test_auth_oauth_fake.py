@@ -48,6 +48,7 @@ class FakeAS:
                 "authorization_response_iss_parameter_supported": True,
                 "code_challenge_methods_supported": ["S256"], "dpop_signing_alg_values_supported": ["ES256"],
                 "scopes_supported": ["atproto"]}
+        self.meta = meta
         srv.route("GET /.well-known/oauth-authorization-server", (200, {}, meta))
         srv.route("GET /.well-known/oauth-protected-resource", (200, {}, {"authorization_servers": [self.issuer]}))
         srv.route("GET /xrpc/com.atproto.identity.resolveHandle", (200, {}, {"did": ALICE}))
@@ -206,3 +207,69 @@ def test_refresh_is_signed_with_the_key_that_started_the_session(fake):
     refresh = [c for c in fake.srv.calls("POST /oauth/token") if c.form["grant_type"] == "refresh_token"]
     assert len(refresh) == 1 and refresh[0].form["refresh_token"] == "rt-1"
     assert fake.check_assertion(refresh[0].form, {"keys": fake.jwks["keys"]}) == "k1"
+
+
+def test_a_callback_is_accepted_up_to_the_request_lifetime_and_refused_after(fake):
+    from feather.auth.service import REQUEST_TTL_SECS
+
+    service = fake.app.extensions["auth"]
+    for late, status in ((REQUEST_TTL_SECS, 303), (REQUEST_TTL_SECS + 1, 400)):
+        fake.client.post("/logout", data={"csrf_token": fake.client.get("/api/session").json["csrfToken"]})
+        service.clock = lambda: 1_800_000_000
+        _, callback = start(fake)
+        service.clock = lambda: 1_800_000_000 + late
+        r = fake.client.get("/oauth/callback", query_string=callback)
+        assert r.status_code == status, (late, r.data[:300])
+    assert b"This sign-in link has expired or was already used. Please start again." in r.data
+    assert len(fake.srv.calls("POST /oauth/token")) == 1  # the late callback never reached the server
+
+
+def test_a_token_that_is_not_dpop_bound_is_refused(fake):
+    _, callback = start(fake)
+    fake.srv.route("POST /oauth/token", (200, {"DPoP-Nonce": "n1"}, {
+        "access_token": "at-1", "refresh_token": "rt-1", "token_type": "Bearer", "expires_in": 3600,
+        "scope": "atproto", "sub": ALICE}))
+    r = fake.client.get("/oauth/callback", query_string=callback)
+    assert r.status_code == 400
+    assert b"The sign-in server issued a token that is not DPoP-bound." in r.data
+    assert fake.client.get("/api/session").json["signedIn"] is False
+
+
+def test_an_authorization_server_naming_another_issuer_is_refused_before_any_request(fake):
+    fake.srv.route("GET /.well-known/oauth-authorization-server",
+                   (200, {}, {**fake.meta, "issuer": "https://evil.example.com"}))
+    token = fake.client.get("/api/session").json["csrfToken"]
+    r = fake.client.post("/login", data={"identifier": "alice.test", "csrf_token": token, "next": "/about"})
+    assert r.status_code == 400
+    assert f"The authorization server at {fake.issuer} claims to be &#39;https://evil.example.com&#39;.".encode() in r.data
+    assert fake.srv.calls("POST /oauth/par") == []
+
+
+def test_a_renewed_session_for_another_account_is_refused_and_the_grant_needs_reauth(fake):
+    from feather.auth.grants import NeedsReauth
+
+    _, callback = start(fake)
+    fake.client.get("/oauth/callback", query_string=callback)
+    fake.sub = BOB  # the token endpoint now answers for bob
+    service = fake.app.extensions["auth"]
+    with fake.app.app_context():
+        with pytest.raises(NeedsReauth):
+            service.grants.refresh_after_rejection(ALICE, "at-1")
+        grant = service.grants.load(ALICE)
+    assert (grant.did, grant.access, grant.status) == (ALICE, "at-1", "needs_reauth")
+
+
+def test_an_app_password_session_for_another_account_is_refused(fake):
+    from feather.auth.service import SignInError
+
+    service = fake.app.extensions["auth"]
+    session = {"did": ALICE, "handle": "alice.test", "accessJwt": "a.b.c", "refreshJwt": "r.s.t"}
+    fake.srv.route("POST /xrpc/com.atproto.server.createSession", (200, {}, {**session, "did": BOB}),
+                   (200, {}, session))
+    with fake.app.test_request_context():
+        with pytest.raises(SignInError) as refused:
+            service.sign_in_password("alice.test", "abcd-efgh-ijkl-mnop")
+        assert service.grants.load(ALICE) is None
+        service.sign_in_password("alice.test", "abcd-efgh-ijkl-mnop")  # the same server, answering for alice
+        assert service.grants.load(ALICE).kind == "password"
+    assert str(refused.value) == "Your server did not complete the sign-in. Try again later."
