@@ -111,18 +111,24 @@ def test_backoff_grows_while_nothing_arrives_and_resets_after_a_connection_that_
     assert attempts[:7] == [0, 1, 0, 1, 2, 3, 4]
 
 
+def streaming_with_b2_planted(engine_for, jetstream, monkeypatch):  # noqa: F811
+    """A connected "global" stream of 3-event batches whose handler fails on rkey b2 while
+    mirror_feature.fails_left > 0 (the tests set it), reconnecting at once."""
+    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
+    monkeypatch.setattr(writer, "BATCH_EVENTS", 3)
+    monkeypatch.setattr(mirror_feature, "FAIL_RKEY", "b2")
+    app, engine = engine_for()
+    engine.start()
+    wait_until(connected(jetstream), message="connection")
+    return engine.streams["global"]
+
+
 def test_a_handler_failing_mid_batch_commits_nothing_and_the_batch_replays_exactly_once(
         engine_for, jetstream, monkeypatch, caplog):  # noqa: F811
     """Catches: a batch applied outside its transaction; a failed batch that does not stop the reader
     queueing (later events applied, the cursor moved past the lost batch)."""
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    monkeypatch.setattr(writer, "BATCH_EVENTS", 3)
     monkeypatch.setattr(mirror_feature, "COUNT_APPLIES", True)
-    monkeypatch.setattr(mirror_feature, "FAIL_RKEY", "b2")
-    app, engine = engine_for()
-    engine.start()
-    stream = engine.streams["global"]
-    wait_until(connected(jetstream), message="connection")
+    stream = streaming_with_b2_planted(engine_for, jetstream, monkeypatch)
     now = int(time.time() * 1_000_000)
     first = [make_commit("did:plc:alice", POST, f"a{i}", "create", time_us=now - 30_000_000 + i) for i in range(3)]
     jetstream.append(first)
@@ -155,13 +161,7 @@ def test_the_writer_recovers_when_the_failed_batch_itself_applies_even_if_nothin
         engine_for, jetstream, monkeypatch):  # noqa: F811
     """The failing batch is the stream's last: once its replay applies, the writer is healthy again
     (/health reads this streak), without waiting for an event that may not come for hours."""
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    monkeypatch.setattr(writer, "BATCH_EVENTS", 3)
-    monkeypatch.setattr(mirror_feature, "FAIL_RKEY", "b2")
-    app, engine = engine_for()
-    engine.start()
-    stream = engine.streams["global"]
-    wait_until(connected(jetstream), message="connection")
+    stream = streaming_with_b2_planted(engine_for, jetstream, monkeypatch)
     now = int(time.time() * 1_000_000)
     first = [make_commit("did:plc:alice", POST, "a0", "create", time_us=now - 20_000_000)]
     jetstream.append(first)  # a batch that applies (and creates the mirror's tables) before the fault

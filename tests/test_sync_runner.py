@@ -217,16 +217,21 @@ def test_a_gone_session_pauses_at_once_and_signing_in_again_resumes_drains_and_s
     assert env.run() == 1
 
 
-def test_exhausted_hourly_budget_waits_and_disables_nothing(env):
-    from feather.sync.pacer import Budget
-    from feather.sync.store import get_set
-
-    env.runner.budget = Budget(hourly=7, daily=100)
+def three_follows_to_copy(env, budget) -> None:
+    """Alice syncs Bluesky and Tangled under this budget, with three Bluesky follows to copy."""
+    env.runner.budget = budget
     env.enable(ALICE, ["bluesky", "tangled"])
     for subject in ("did:plc:s1", "did:plc:s2", "did:plc:s3"):
         env.pds.add_profile(subject, TANGLED_PROFILE)
         env.follow(ALICE, BSKY, subject)
     env.echo()
+
+
+def test_exhausted_hourly_budget_waits_and_disables_nothing(env):
+    from feather.sync.pacer import Budget
+    from feather.sync.store import get_set
+
+    three_follows_to_copy(env, Budget(hourly=7, daily=100))
     assert env.run() == 2  # 3 + 3 points; a third create would make 9 > 7
     assert (get_set(ALICE).enabled, get_set(ALICE).paused) == (True, False)
     env.clock.advance(3599)
@@ -238,12 +243,7 @@ def test_exhausted_hourly_budget_waits_and_disables_nothing(env):
 def test_the_daily_budget_allows_spending_exactly_up_to_it(env):
     from feather.sync.pacer import Budget
 
-    env.runner.budget = Budget(hourly=1000, daily=6)
-    env.enable(ALICE, ["bluesky", "tangled"])
-    for subject in ("did:plc:s1", "did:plc:s2", "did:plc:s3"):
-        env.pds.add_profile(subject, TANGLED_PROFILE)
-        env.follow(ALICE, BSKY, subject)
-    env.echo()
+    three_follows_to_copy(env, Budget(hourly=1000, daily=6))
     assert env.run() == 2  # 3 + 3 points is exactly the day's 6; a third create would make 9
     env.clock.advance(86399)
     assert env.run() == 0
