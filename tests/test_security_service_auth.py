@@ -8,7 +8,7 @@ import time
 import pytest
 
 from feather.feeds.auth import AuthError, verify
-from tests.test_feeds_auth import LXM, P256, SERVICE, A, b64, mint
+from tests.test_feeds_auth import K256, LXM, P256, SERVICE, A, b64, mint
 
 NOW = 1_800_000_000
 
@@ -98,3 +98,21 @@ def test_the_lifetime_check_holds_through_getfeed(make_app, tmp_path):
                               headers={"Authorization": f"Bearer {token}"})
     assert (r.status_code, r.json) == (401, {"error": "BadJwt", "message": LONG})
     assert r.headers["WWW-Authenticate"] == 'Bearer error="invalid_token"'
+
+
+def test_expiry_is_forgiven_for_exactly_the_clock_skew():
+    from feather.feeds.auth import CLOCK_SKEW_SECS
+
+    exp = NOW - CLOCK_SKEW_SECS
+    assert check(mint(P256, iat=exp - 60, exp=exp)) == A
+    assert refused(mint(P256, iat=exp - 61, exp=exp - 1)) == ("JwtExpired", "The service-auth token has expired.")
+
+
+def test_a_token_signed_for_another_curve_than_the_issuers_key_is_refused_by_name():
+    """Algorithm confusion: an ES256K token checked against the issuer's P-256 key (and the reverse)
+    is refused before any signature maths, with the reason."""
+    mismatch = ("BadJwtSignature", "The token's algorithm does not match the issuer's key.")
+    assert refused(mint(K256, iat=NOW, exp=NOW + 60)) == mismatch
+    with pytest.raises(AuthError) as exc:
+        verify(mint(P256), audience=SERVICE, method=LXM, key_of=lambda did: K256.public_key(), now=time.time())
+    assert (exc.value.error, exc.value.message) == mismatch
