@@ -234,3 +234,13 @@ def test_maintenance_and_read_statements_use_an_index(make_app, table, sql, para
             db.execute_sql("SET enable_seqscan = off")  # empty tables: ask whether an index path exists at all
         plan = d.explain(db, d.q(sql), params)
     assert not d.has_full_scan(plan, table), plan
+
+
+def test_a_createdat_longer_than_64_characters_is_not_kept():
+    """Only the feed URL and a bounded createdAt leave the record: a long one is not a timestamp."""
+    from feather.network.apply import record_fields
+
+    url = "https://example.com/feed.xml"
+    stamp = "2026-01-02T03:04:05Z"
+    assert record_fields({"url": url, "createdAt": stamp.ljust(64, "0")}) == (url, stamp.ljust(64, "0"))
+    assert record_fields({"url": url, "createdAt": stamp.ljust(65, "0")}) == (url, None)
