@@ -152,6 +152,26 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_cannot_renew_it(ctx):
     assert lease_lanes("other", T0 + 62, 8) == [(owner(1), "bluesky")]  # the one freed slot
 
 
+def test_a_lease_ending_this_second_is_not_handed_to_another_holder_with_slots_free(ctx):
+    from feather.sync.lanes import lease_lanes
+
+    make_lanes(2)
+    assert lease_lanes("first", T0, 1) == [(owner(0), "bluesky")]
+    # A free slot at T0 + 60, when lane 0's lease ends but has not lapsed: lane 1 gets it, not lane 0.
+    assert lease_lanes("second", T0 + 60, 2) == [(owner(1), "bluesky")]
+    assert leases() == [(owner(0), "first", T0 + 60), (owner(1), "second", T0 + 120)]
+
+
+def test_a_paused_owners_lanes_take_no_slot(ctx):
+    from feather.sync.lanes import lease_lanes
+    from feather.sync.store import execute
+
+    make_lanes(2)  # owner 0's head row is the older one
+    execute("UPDATE sync_sets SET paused = 1 WHERE owner_did = ?", owner(0))
+    assert lease_lanes("a", T0, 1) == [(owner(1), "bluesky")]
+    assert lease_lanes("b", T0, 8) == []
+
+
 def test_a_dead_processes_lanes_are_run_by_another_runner_after_the_lease_expires(ctx):
     from feather.sync.lanes import lease_lanes
 
