@@ -7,17 +7,15 @@ and fan-out. These tests build tables no ANALYZE has seen and plan the exact bat
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from feather.db import current_dialect, db, index_planned
 from feather.feeds import apply, batch, schema
 from feather.jetstream.events import CommitEvent
+from tests.conftest import PG_URL
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
-PG = os.environ.get("DATABASE_URL", "").startswith("postgres")
-pg_only = pytest.mark.skipif(not PG, reason="SQLite's planner keeps no statistics to go stale")
+pg_only = pytest.mark.skipif(not PG_URL, reason="SQLite's planner keeps no statistics to go stale")
 POST = "app.bsky.feed.post"
 
 
