@@ -2,9 +2,13 @@
 import subprocess
 import sys
 
+import pytest
+
 from feather.db import db
 from feather.migrate import applied_versions, discover, upgrade
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.empty_database  # these apply the migrations themselves
 
 
 def test_migrations_apply_from_empty_in_order(make_app):
