@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from feather.jetstream import consumer, hosts
+from feather.jetstream import consumer, hosts, store
+from feather.jetstream.store import Cursor
 from feather.jetstream.events import AccountEvent, CommitEvent, DecodeError, IdentityEvent, decode
 from feather.jetstream.subscriptions import (Handler, Subscription, SubscriptionError, merge, validate,
                                              validate_dids)
@@ -212,3 +213,25 @@ def test_dev_event_cli_runs_through_the_feature_handlers(make_app):
     assert json.loads(result.output)["frame"]["commit"]["record"]["subject"] == "did:plc:alice"
     with db.connection_context():
         assert list(mirror_feature.mirror_rows()) == ["at://did:plc:bob/app.bsky.graph.follow/f1"]
+
+
+# The resume point after a (re)connect, from what was applied and what was first received.
+NOW = 1_800_000_000_000_000
+HOUR = 3_600_000_000
+
+
+@pytest.mark.parametrize("applied, first_seen, lookback, want", [
+    (None, None, None, (None, None)),  # nothing ever seen: live tail
+    (Cursor(0), None, None, (None, None)),
+    (Cursor(NOW - HOUR), None, None, (NOW - HOUR - 5_000_000, None)),  # legacy: rewind the overlap
+    (Cursor(NOW - HOUR, seq=77), None, None, (77, None)),  # v2: the sequence, exact
+    (None, Cursor(NOW - 1_000), None, (NOW - 5_001_000, None)),  # received, none applied yet
+    (None, Cursor(3_000_000), None, (0, None)),  # never below zero
+    (Cursor(0), Cursor(NOW, seq=9), None, (9, None)),
+    # Older than the host keeps: resume at its window and report the saved time as a gap.
+    (Cursor(NOW - 2 * HOUR), None, HOUR, (NOW - HOUR, NOW - 2 * HOUR)),
+    (Cursor(NOW - HOUR - 1), None, HOUR, (NOW - HOUR, NOW - HOUR - 1)),
+    (Cursor(NOW - HOUR), None, HOUR, (NOW - HOUR - 5_000_000, None)),  # at the window's edge: no gap
+])
+def test_resume_point_rewinds_the_overlap_and_reports_a_cursor_older_than_the_lookback(applied, first_seen, lookback, want):
+    assert store.resume_point(applied, first_seen, lookback, NOW) == want

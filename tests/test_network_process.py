@@ -89,7 +89,7 @@ LIVE = ("N1", "N2", "N3")
 BEFORE = {"E": ["top", "at", "secret"], "X": ["top"], "H1": ["top", "below", "below"], "H2": ["top", "secret"],
           "P4": ["top", "below", "gone"], "P5": ["at", "secret", "gone"], "P6": ["at", "gone"], "Y": ["at"]}
 APPLY_TIMEOUT = 30.0
-REPLAY_OVERLAP_US = 5_000_000  # the consumer's documented rewind (feather/jetstream/consumer.py)
+REPLAY_OVERLAP_US = 5_000_000  # the documented rewind (feather/jetstream/store.py)
 SETTLE_TIMEOUT = 120.0
 
 

@@ -35,7 +35,6 @@ QUEUE_SIZE = 1024
 # that a flush empties is momentary (replay arrives faster than any writer); one that stays
 # full is the sustained fullness the drop is for.
 QUEUE_FULL_GRACE_SECS = 1.0
-REPLAY_OVERLAP_US = 5_000_000
 RECV_TIMEOUT_SECS = 75.0  # Jetstream pings every 30 s; silence this long means a dead socket
 STABLE_CONNECTION_SECS = 60.0
 
@@ -93,22 +92,10 @@ class Stream(BatchWriter):
 
     # --- reader
     def _connect_cursor(self) -> int | None:
-        if (self.cursor is None or self.cursor.time_us <= 0) and self.first_seen is not None:
-            # Nothing applied yet, but we did start receiving: never fall back to live tail, which
-            # would silently skip whatever was received and not yet written.
-            return max(0, self.first_seen.time_us - REPLAY_OVERLAP_US) if not self.first_seen.seq \
-                else self.first_seen.seq
-        if self.cursor is None or self.cursor.time_us <= 0:
-            return None
-        if self.cursor.seq:
-            return self.cursor.seq  # v2 hosts: resume by sequence, exact and inclusive
-        start = self.cursor.time_us - REPLAY_OVERLAP_US
-        lookback = self.sub.max_lookback_us
-        if lookback:
-            floor = int(time.time() * 1_000_000) - lookback
-            if self.cursor.time_us < floor:
-                self._report_gap(self.cursor.time_us)
-                start = floor
+        start, gap = store.resume_point(self.cursor, self.first_seen, self.sub.max_lookback_us,
+                                        int(time.time() * 1_000_000))
+        if gap is not None:
+            self._report_gap(gap)
         return start
 
     def _report_gap(self, saved: int) -> None:

@@ -15,6 +15,31 @@ class Cursor:
     seq: int | None = None
 
 
+# Legacy hosts resume by time, and events sharing a microsecond may straddle the saved cursor:
+# rewind this far and let the idempotent handlers absorb the overlap.
+REPLAY_OVERLAP_US = 5_000_000
+
+
+def resume_point(applied: Cursor | None, first_seen: Cursor | None, lookback_us: int | None,
+                 now_us: int) -> tuple[int | None, int | None]:
+    """(cursor to connect with or None for live tail, saved time_us that fell out of the host's
+    lookback window or None). Pure: the caller reports a gap."""
+    if (applied is None or applied.time_us <= 0) and first_seen is not None:
+        # Nothing applied yet, but we did start receiving: never fall back to live tail, which
+        # would silently skip whatever was received and not yet written.
+        return (first_seen.seq or max(0, first_seen.time_us - REPLAY_OVERLAP_US)), None
+    if applied is None or applied.time_us <= 0:
+        return None, None
+    if applied.seq:
+        return applied.seq, None  # v2 hosts: resume by sequence, exact and inclusive
+    start = applied.time_us - REPLAY_OVERLAP_US
+    if lookback_us:
+        floor = now_us - lookback_us
+        if applied.time_us < floor:
+            return floor, applied.time_us
+    return start, None
+
+
 def load_cursor(name: str) -> Cursor | None:
     d = current_dialect()
     row = db.execute_sql(d.q("SELECT time_us, seq FROM jetstream_cursor WHERE name = ?"), (name,)).fetchone()
