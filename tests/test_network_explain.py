@@ -34,3 +34,16 @@ def test_names_are_given_only_for_the_feeds_asked_about_and_at_the_floor(make_ap
     # other.example is not asked about; small.example is below the floor of 5.
     assert got == {"https://big.example/feed": ["carol.example", "did:plc:s0"]}
     assert stale == {"https://big.example/feed": ["did:plc:s0", "did:plc:s3"]}
+
+
+def test_recently_added_walks_only_the_covering_index_in_page_order(make_app):
+    """Most feeds are below the floor, so the walk passes many it does not show: it must read the
+    index that carries the count, in the page's order, and never the table or a sort."""
+    app = make_app(FEATHERREADER_NETWORK_PAGE=True)
+    with app.app_context(), db.connection_context():
+        lines = plan(*queries.recently_added_sql(5))
+    if current_dialect().is_sqlite:
+        assert lines == ["SCAN net_feed_rollup USING COVERING INDEX net_feed_rollup_recent"], lines
+    else:
+        assert any("Index Only Scan using net_feed_rollup_recent" in line for line in lines), lines
+        assert not any("Sort" in line for line in lines), lines

@@ -32,10 +32,15 @@ def most_subscribed(k: int, limit: int = ROWS) -> list[FeedCount]:
 
 def recently_added(k: int, limit: int = ROWS) -> list[FeedCount]:
     """Newest feeds in the catalogue (above the floor); ties broken by URL, so the order is total."""
-    rows = db.execute_sql(_q(
-        "SELECT feed_url, subscriber_count, first_seen FROM net_feed_rollup WHERE subscriber_count >= ?"
-        " ORDER BY first_seen DESC, feed_url ASC LIMIT ?"), (k, limit)).fetchall()
-    return [FeedCount(*r) for r in rows]
+    sql, params = recently_added_sql(k, limit)
+    return [FeedCount(*r) for r in db.execute_sql(_q(sql), params).fetchall()]
+
+
+def recently_added_sql(k: int, limit: int = ROWS) -> tuple[str, tuple]:
+    """Walks net_feed_rollup_recent, which carries the count: most feeds the walk passes are below
+    the floor, and an index-only walk skips them without a table lookup each."""
+    return ("SELECT feed_url, subscriber_count, first_seen FROM net_feed_rollup WHERE subscriber_count >= ?"
+            " ORDER BY first_seen DESC, feed_url ASC LIMIT ?", (k, limit))
 
 
 def count_for(feed_url: str, k: int) -> int | None:
