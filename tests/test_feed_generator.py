@@ -127,3 +127,12 @@ def test_under_readers_a_new_viewer_is_admitted_and_their_timeline_starts_fillin
     join_backfills(app)  # their follows listed; whom they follow is queued for a fetch
     assert in_db(app, lambda: db.execute_sql("SELECT did FROM feed_fetches WHERE fetched_us IS NULL").fetchall()) \
         == [(B,)]
+
+
+def test_with_a_service_did_set_elsewhere_no_did_document_is_served_here(make_app, tmp_path):
+    app = generator_app(make_app, tmp_path, FEATHERREADER_FEED_SERVICE_DID="did:plc:feedservice")
+    client = app.test_client()
+    assert client.get("/.well-known/did.json").status_code == 404  # no feed record points at our did:web
+    assert client.get("/xrpc/app.bsky.feed.describeFeedGenerator").json == {
+        "did": "did:plc:feedservice", "feeds": [{"uri": FEED_URI}]}
+    join_backfills(app)

@@ -123,3 +123,17 @@ def test_display_name_and_description_follow_the_lexicons_limits(world):
         with pytest.raises(PublishError):
             check_text(name, desc)
     assert [graphemes(s) for s in ("abc", "e\u0301", "👍🏽", "👩‍👩‍👧", "🇫🇷")] == [3, 1, 1, 1, 2]
+
+
+def test_a_display_name_of_exactly_24_characters_is_accepted():
+    assert check_text("x" * 24, "y" * 300) == ("x" * 24, "y" * 300)
+
+
+def test_publishing_again_renames_the_feed_on_the_page_and_in_the_record(world):
+    app, client, repo = world
+    sign_in(app, client, did=A, handle="alice.test")
+    post_form(client, action="publish", display_name="Following")
+    post_form(client, action="publish", display_name="Friends", description="Renamed")
+    assert repo.records[(A, "app.bsky.feed.generator", "timeline")]["displayName"] == "Friends"
+    page = client.get("/feeds/publish").text
+    assert f"Published as <code>{URI}</code> (“Friends”)." in page and "(“Following”)" not in page

@@ -151,3 +151,16 @@ def test_readers_past_the_cap_are_refused(make_app, tmp_path):
     join_backfills(app)
     assert codes == [200, 200, 503, 200]  # B is still served: only new readers wait
 
+
+def test_fetching_a_followee_whose_posts_are_already_stored_copies_no_more_than_the_cap(make_app, tmp_path):
+    from feather.feeds import authors
+
+    # C is served too, so C's own posts were kept before A followed C. The cap is 2.
+    app = feeds_app(make_app, tmp_path, f'actors = ["{A}", "{C}"]\n' + toml(max_items=2), sources=FakeSources(),
+                    FEED_SERVE="signed-in")
+    handler = global_handler(app)
+    run(app, handler, [post(C, f"c{i}", BASE_US + i) for i in range(4)])
+    run(app, handler, [follow(A, "f1", C, at_us=BASE_US + 100)])
+    with app.app_context(), db.connection_context():
+        assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
+    assert feed_uris(app, A) == [f"at://{C}/{POST}/c3", f"at://{C}/{POST}/c2"]

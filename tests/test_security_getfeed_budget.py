@@ -141,3 +141,20 @@ def test_a_spray_of_signed_skeleton_readers_starts_at_most_the_client_budget_of_
         join_backfills(app)
     assert statuses == [200] * 10 + [429] * 5
     assert rows(app, "SELECT actor FROM feed_backfills ORDER BY actor") == [(v,) for v in viewers[:10]]
+
+
+def test_an_idle_client_saves_up_no_more_than_its_burst():
+    now = [0.0]
+    budget = OutboundBudget(global_burst=100, global_per_minute=6000, client_burst=2, client_per_minute=60,
+                            clock=lambda: now[0])
+    assert budget.take("a") is True
+    now[0] += 3600.0  # an hour idle would be 3,600 tokens at this rate
+    assert [budget.take("a") for _ in range(3)] == [True, True, False]
+
+
+def test_past_max_clients_the_least_recently_used_bucket_is_the_one_forgotten():
+    budget = OutboundBudget(global_burst=100, global_per_minute=0.001, client_burst=1, client_per_minute=0.001,
+                            clock=lambda: 0.0, max_clients=2)
+    assert [budget.take("a"), budget.take("b"), budget.take("c")] == [True, True, True]
+    # "a" was used longest ago: forgotten, it starts over with a full bucket. "c", just used, is kept (empty).
+    assert [budget.take("c"), budget.take("a")] == [False, True]

@@ -109,6 +109,14 @@ def test_the_new_posts_notice_counts_what_arrived_after_the_page(world):
     assert client.get(new_url).text.strip() == '<a class="new-posts" href="/timeline">2 new posts</a>'
 
 
+def test_an_older_page_has_no_new_posts_notice(world):
+    app, client = world
+    older = older_link(client.get("/timeline?limit=2").text)
+    page = client.get(older).text
+    assert texts(page) == ["post 2", "post 1"]
+    assert 'id="new-posts"' not in page  # "N new posts" would count the newer page as new
+
+
 def test_while_the_first_backfill_runs_the_page_says_so_and_refreshes_itself(make_app, tmp_path):
     app = feeds_app(make_app, tmp_path, toml(), sources=FakeSources(), FEED_SERVE="signed-in")
     client = app.test_client()
