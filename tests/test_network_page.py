@@ -228,6 +228,28 @@ def test_attribution_needs_a_signed_in_session(page_app):
         assert db.execute_sql("SELECT count(*) FROM net_attribution").fetchone()[0] == 0
 
 
+def test_opting_out_also_withdraws_a_choice_to_be_named(page_app):
+    seed(page_app, {"https://named.example/feed": 6})
+    with db.connection_context(), db.atomic():
+        store.set_attribution("did:plc:s3", "carol.example", True)
+    opt_out_and_read_the_answer(page_app, "did:plc:s3")
+    with db.connection_context():
+        assert db.execute_sql("SELECT count(*) FROM net_attribution").fetchone()[0] == 0
+
+
+def test_an_account_that_opted_out_cannot_turn_attribution_on(page_app):
+    page_app.extensions["feather.current_user"] = lambda: {"did": "did:plc:s1", "handle": "bob.example"}
+    client = page_app.test_client()
+    token = csrf(client, "/network/attribution")  # the form, opened before opting out in another tab
+    with db.connection_context(), db.atomic():
+        store.opt_out("did:plc:s1")
+    assert client.post("/network/attribution", data={"attribution": "on", "csrf_token": token}).status_code == 303
+    assert "You opted out of indexing, so there is nothing to attribute." in client.get(
+        "/network/attribution").get_data(as_text=True)
+    with db.connection_context():
+        assert db.execute_sql("SELECT count(*) FROM net_attribution").fetchone()[0] == 0
+
+
 def test_privacy_page_explains_the_catalogue_and_links_the_opt_out(app):
     html = app.test_client().get("/privacy").get_data(as_text=True)
     assert "Public records from the wider network" in html

@@ -194,3 +194,13 @@ def test_health_never_carries_the_adoption_count(make_app):
     _observe("a.example", 4321, False)
     body = app.test_client().get("/health").get_data(as_text=True)
     assert "4321" not in body and "adoption" not in body
+
+
+def test_an_exact_count_beats_a_floor_of_the_same_size(make_app):
+    app = make_app(FEATHERREADER_RELAY_HOSTS="a.example,b.example", FEATHERREADER_SHOW_ADOPTION=True)
+    _observe("a.example", 25000, True)  # stopped at the page cap: a floor
+    _observe("b.example", 25000, False)  # walked to the end: exactly this many
+    with db.connection_context():
+        assert adoption.current(["a.example", "b.example"]).truncated is False
+    html = app.test_client().get("/about").get_data(as_text=True)
+    assert "25000 accounts" in html and "At least" not in html

@@ -100,6 +100,14 @@ def test_a_delete_removes_the_row_and_the_feed_leaves_the_rollup_at_zero(net):
     assert n.rows() == [] and n.rollup() == []
 
 
+def test_a_create_and_a_delete_at_the_same_time_converge_whichever_arrives_first(net):
+    n = net()
+    for did, order in (("did:plc:a", ("create", "delete")), ("did:plc:b", ("delete", "create"))):
+        for op in order:
+            n.apply([ev(did, "1", op=op, t=T + 5)])
+        assert (order, n.rows(), n.rollup()) == (order, [], [])  # the delete wins the tie either way
+
+
 def test_over_the_row_cap_the_oldest_indexed_rows_are_evicted_in_the_same_batch(net):
     n = net(FEATHERREADER_NET_MAX_ROWS=3)
     for i in range(3):

@@ -347,3 +347,46 @@ def test_the_engine_prepares_the_network_stream_once_before_it_streams(setup, mo
     engine.streams.clear()
     engine.claim_round()  # a later claim (a takeover, a lost claim) does not wipe again
     assert [d for d, *_ in rows()] == ["did:plc:after"]
+
+
+def test_an_opt_out_while_the_rebuild_reads_the_account_keeps_it_out(setup, fake):
+    app, kit = setup()
+    accounts(fake, 2)
+    real = kit.resolver.pds_endpoint
+
+    def pds_endpoint(did):
+        if did == "did:plc:acct000":  # the person opts out after the rebuild checked, while it reads their PDS
+            with db.connection_context(), db.atomic():
+                store.opt_out(did)
+        return real(did)
+
+    kit.resolver.pds_endpoint = pds_endpoint
+    tick(app, kit)
+    assert [d for d, *_ in rows()] == ["did:plc:acct001"]
+    assert state("backfill.status") == "done"
+
+
+def test_a_stream_exactly_the_setting_behind_is_not_yet_a_gap(setup):
+    app, _ = setup(FEATHERREADER_NET_STALE_CURSOR_SECS=3600)
+    applied, stale_us = store.now_us(), 3600 * 1_000_000
+    with db.connection_context(), db.atomic():
+        jstore.save_cursor("network", jstore.Cursor(applied))
+        assert rebuild.note_gap(applied + stale_us, stale_us) is False
+        assert store.get_state("live.gap") is None
+        assert rebuild.note_gap(applied + stale_us + 1, stale_us) is True
+        assert store.get_state("live.gap") == str(applied)
+
+
+def test_tombstones_newer_than_an_unfinished_rebuilds_start_outlive_the_week(setup):
+    app, _ = setup()
+    day = 86_400_000_000
+    t0 = store.now_us() - 10 * day  # a rebuild still waiting on a relay's Retry-After, ten days on
+    with db.connection_context(), db.atomic():
+        store.set_state("backfill.status", "retry")
+        store.set_state("backfill.cursor_us", str(t0))
+        for rkey, at in (("before-t0", t0 - day), ("after-t0", t0 + day)):  # both older than the week
+            db.execute_sql(store._q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?)"),
+                           ("did:plc:a", rkey, at))
+    maintenance(app)
+    with db.connection_context():  # the rebuild may still list the deleted record: its tombstone must stay
+        assert db.execute_sql("SELECT rkey FROM net_tombstone").fetchall() == [("after-t0",)]
