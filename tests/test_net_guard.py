@@ -399,6 +399,18 @@ def test_credentials_do_not_follow_a_redirect_to_another_host(server):
     assert second["headers"]["Host"] == f"b.feather.test:{server.port}"
 
 
+def test_cookies_and_proxy_credentials_stay_on_their_origin_across_redirects(server):
+    dns = FakeDNS(a_feather_test=[["127.0.0.1"]], b_feather_test=[["127.0.0.1"]])
+    server.routes["/a"] = redirect(server.url("/a2", host="a.feather.test"))
+    server.routes["/a2"] = redirect(server.url("/b", host="b.feather.test"))
+    server.routes["/b"] = reply(200)
+    dev_client(resolver=dns).get(
+        server.url("/a", host="a.feather.test"), headers={"Cookie": "session=s", "Proxy-Authorization": "Basic x"}
+    )
+    assert [(r["path"], r["headers"]["Cookie"], r["headers"]["Proxy-Authorization"]) for r in server.requests] == [
+        ("/a", "session=s", "Basic x"), ("/a2", "session=s", "Basic x"), ("/b", None, None)]
+
+
 def test_body_cap_stops_reading_a_long_stream_early(server):
     sent = []
     done = threading.Event()

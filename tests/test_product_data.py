@@ -88,6 +88,14 @@ def test_the_privacy_page_lists_everything_held_about_the_signed_in_person(world
     }
 
 
+def test_the_privacy_page_lists_the_features_in_their_declared_order_sign_in_last(world):
+    app, client, _ = world
+    sign_in(app, client)
+    seed_everything(app)
+    held = held_section(client.get("/privacy").get_data(as_text=True))
+    assert list(held) == ["Timelines", "Graph sync", "The network catalogue", "Signing in"]  # order 10, 20, 30, 100
+
+
 def held_since(app):
     import time
 

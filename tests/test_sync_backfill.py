@@ -80,6 +80,33 @@ def test_due_waits_are_queued_again_for_the_runner_to_recheck(env):
     assert [r[:3] + (r[4],) for r in env.queue()] == [("tangled", "follow", BOB, "recheck")]
 
 
+def test_a_paused_sets_waits_are_not_queued_again_until_it_resumes(env):
+    from feather.sync import backfill, queue
+    from feather.sync.store import pause
+
+    env.enable(ALICE, ["bluesky", "tangled"])
+    queue.add_waiting(ALICE, "tangled", BOB, env.clock(), env.clock() + 100)
+    pause(ALICE, "signed out", env.clock())
+    assert backfill.recheck_waiting(env.clock() + 100) == 0
+    assert (env.queue(), queue.waiting_count(ALICE)) == ([], 1)
+
+
+def test_adding_an_app_does_not_queue_again_a_follow_waiting_for_a_profile(env):
+    from feather.sync import backfill, queue, service
+
+    env.follow(ALICE, BSKY, BOB)
+    env.follow(ALICE, BSKY, CAROL)
+    env.pds.add_profile(CAROL, "sh.tangled.actor.profile")
+    env.enable(ALICE, ["bluesky", "tangled"])
+    env.run()
+    env.echo()
+    assert queue.waiting_count(ALICE) == 1  # BOB has no Tangled profile yet: the recheck decides, not a backfill
+    service.configure(ALICE, env.settings, env.clock(), apps=["bluesky", "tangled", "sifa"])
+    while backfill.burst(env.pds, env.clock):
+        pass
+    assert sorted((r[0], r[2]) for r in env.queue() if r[5] == "pending") == [("sifa", BOB), ("sifa", CAROL)]
+
+
 def test_cleanup_cancels_pending_rows_of_a_set_paused_thirty_days(env):
     from feather.sync import queue, service
     from feather.sync.store import pause

@@ -92,6 +92,13 @@ def test_display_names_lose_control_and_direction_characters_and_are_capped(db_a
     assert (clean_name(""), clean_name(" \u202e "), clean_name(42), clean_name(None)) == (None, None, None, None)
 
 
+def test_a_display_name_of_exactly_the_cap_is_kept_whole():
+    from feather.sync.people import clean_name
+
+    assert clean_name("x" * 64) == "x" * 64
+    assert clean_name("x" * 65) == "x" * 63 + "…"
+
+
 def test_a_failed_look_up_backs_off_and_is_tried_again(db_app):
     from feather.sync.people import UNREACHABLE, labels, refresh_due
 

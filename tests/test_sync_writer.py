@@ -60,3 +60,18 @@ def test_no_session_or_needs_reauth_becomes_session_gone():
         writer = PdsFollowWriter(session_for, resolver=None, http=None)
         with pytest.raises(SessionGone):
             writer.create_follow("did:plc:alice", FOLLOW, "3kaaaaaaaaaa2", "did:plc:bob", "x")
+
+
+def test_an_empty_page_ends_the_listing_even_when_a_cursor_comes_back():
+    class Lister(StubClient):
+        def __init__(self, pages):
+            super().__init__()
+            self.pages = pages
+
+        def list_records(self, repo, collection, limit=100, cursor=None):
+            return self.pages[cursor]
+
+    record = {"uri": f"at://did:plc:alice/{FOLLOW}/3kaaaaaaaaaa2", "value": {"subject": "did:plc:bob"}}
+    writer = writer_for(Lister({None: ([record], "page2"), "page2": ([], "page2")}))  # echoes its cursor forever
+    assert writer.list_follows("did:plc:alice", FOLLOW, None) == ([("3kaaaaaaaaaa2", "did:plc:bob")], "page2")
+    assert writer.list_follows("did:plc:alice", FOLLOW, "page2") == ([], None)
