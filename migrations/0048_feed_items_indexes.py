@@ -9,7 +9,6 @@ stays, and the statement that needs it (tests/test_feeds_explain.py pins each pl
 - feed_items_actor_coll_time (actor, collection, time_us DESC, uri): the getFeed page, the
   cutoff delete, the hybrid union;
 - feed_items_uri (uri): a deleted record leaves every feed (`WHERE uri IN (…)`), an edit's time resync.
-Numbered 0050 to stay clear of other branches' 0046–0049.
 """
 
 
