@@ -32,12 +32,9 @@ def resume_point(applied: Cursor | None, first_seen: Cursor | None, lookback_us:
         return None, None
     if applied.seq:
         return applied.seq, None  # v2 hosts: resume by sequence, exact and inclusive
-    start = applied.time_us - REPLAY_OVERLAP_US
-    if lookback_us:
-        floor = now_us - lookback_us
-        if applied.time_us < floor:
-            return floor, applied.time_us
-    return start, None
+    if lookback_us and applied.time_us < now_us - lookback_us:
+        return now_us - lookback_us, applied.time_us
+    return applied.time_us - REPLAY_OVERLAP_US, None
 
 
 def load_cursor(name: str) -> Cursor | None:
