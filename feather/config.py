@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from feather.parsing import ascii_int
+from feather.config_values import (  # noqa: F401 - ConfigError is imported from here everywhere
+    ConfigError,
+    Setting,
+    database_url_value,
+    flag,
+    names,
+    one_of,
+    text,
+    whole,
+)
 
 # Values a production SECRET_KEY must never be: framework defaults and our own examples.
 KNOWN_WEAK_SECRETS = {"", "dev", "secret", "changeme", "change-me", "development", "test"}
@@ -19,216 +27,150 @@ ENVIRONMENTS = ("production", "development", "test")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-class ConfigError(Exception):
-    """A setting is missing or malformed; the message names the variable and what it accepts."""
-
-    def __init__(self, name: str, problem: str):
-        self.name = name
-        super().__init__(f"{name}: {problem}")
-
-
-def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ConfigError(name, f"expected one of 1/0, true/false, yes/no, on/off; got {raw!r}")
-
-
-def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str, str], int]:
-    def parse(name: str, raw: str) -> int:
-        value = ascii_int(raw.strip().replace("_", ""), signed=True)
-        if value is None:
-            raise ConfigError(name, f"expected a whole number; got {raw!r}")
-        if minimum is not None and value < minimum:
-            raise ConfigError(name, f"expected a number >= {minimum}; got {value}")
-        if maximum is not None and value > maximum:
-            raise ConfigError(name, f"expected a number <= {maximum}; got {value}")
-        return value
-    return parse
-
-
-def _choice(*choices: str, upper: bool = False) -> Callable[[str, str], str]:
-    def parse(name: str, raw: str) -> str:
-        value = raw.strip().upper() if upper else raw.strip().lower()
-        if value not in choices:
-            raise ConfigError(name, f"expected one of {', '.join(choices)}; got {raw!r}")
-        return value
-    return parse
-
-
-def _str(name: str, raw: str) -> str:
-    return raw.strip()
-
-
-def _list(name: str, raw: str) -> list[str]:
-    return [part.strip() for part in raw.split(",") if part.strip()]
-
-
-def _database_url(name: str, raw: str) -> str:
-    value = raw.strip()
-    if not value or value.startswith(("sqlite:///", "postgresql://", "postgres://")) or value == "sqlite://:memory:":
-        return value
-    raise ConfigError(
-        name,
-        "expected sqlite:///relative/path.db, sqlite:////absolute/path.db or "
-        f"postgresql://user:password@host/dbname; got {raw!r}",
-    )
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    parse: Callable[[str, str], Any]
-    default: str
-    help: str
-
-
 HOUR_US = 3_600_000_000
 
 SETTINGS: tuple[Setting, ...] = (
     # --- the ecosystem's own names
-    Setting("DATABASE_URL", _database_url, "",
+    Setting("DATABASE_URL", database_url_value, "",
             "Database. Empty: the SQLite file `feather.db` in `FEATHERREADER_DATA_DIR`. "
             "`sqlite:////abs/path.db` names another file; `postgresql://user:pw@host/db` selects PostgreSQL."),
-    Setting("PORT", _int(1, 65535), "8000", "HTTP port `make run` and the Procfile bind."),
-    Setting("HOST", _str, "127.0.0.1",
+    Setting("PORT", whole(1, 65535), "8000", "HTTP port `make run` and the Procfile bind."),
+    Setting("HOST", text, "127.0.0.1",
             "Address `make run` binds: loopback by default; `0.0.0.0` serves other machines too. (The Procfile "
             "binds 0.0.0.0: a PaaS routes to it.)"),
-    Setting("SECRET_KEY", _str, "",
+    Setting("SECRET_KEY", text, "",
             "Signs session cookies and CSRF tokens. Required in production (a known default is refused); "
             "in development a random key is generated once and kept in the data directory."),
     # --- app-level
-    Setting("FEATHERREADER_ENV", _choice(*ENVIRONMENTS), "production",
+    Setting("FEATHERREADER_ENV", one_of(*ENVIRONMENTS), "production",
             "`production`, `development` (`make run` sets it) or `test`. Development enables the "
             "loopback-only dev tools and a generated SECRET_KEY."),
-    Setting("FEATHERREADER_DATA_DIR", _str, "instance",
+    Setting("FEATHERREADER_DATA_DIR", text, "instance",
             "Folder for the default SQLite file, the worker lock and the generated dev secret."),
-    Setting("FEATHERREADER_LOG_LEVEL", _choice(*LOG_LEVELS, upper=True), "INFO", "Log level."),
-    Setting("FEATHERREADER_RUN_WORKERS", _bool, "1",
+    Setting("FEATHERREADER_LOG_LEVEL", one_of(*LOG_LEVELS, upper=True), "INFO", "Log level."),
+    Setting("FEATHERREADER_RUN_WORKERS", flag, "1",
             "Whether a web process also runs the background workers (Jetstream consumers and the "
             "scheduler). Only one process ever runs them: the others serve web only."),
-    Setting("FEATHERREADER_DISABLE_SCHEDULER", _bool, "0",
+    Setting("FEATHERREADER_DISABLE_SCHEDULER", flag, "0",
             "Kill switch for every background task: no consumer, no scheduled job, in any process."),
-    Setting("FEATHERREADER_ALLOW_PRIVATE_NETWORK", _bool, "0",
+    Setting("FEATHERREADER_ALLOW_PRIVATE_NETWORK", flag, "0",
             "Allow outbound fetches and Jetstream hosts on loopback/private addresses and plain http. "
             "Development and tests only: production refuses it unless the override below is also set."),
-    Setting("FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION", _bool, "0",
+    Setting("FEATHERREADER_UNSAFE_PRIVATE_NETWORK_IN_PRODUCTION", flag, "0",
             "1: let production start with FEATHERREADER_ALLOW_PRIVATE_NETWORK=1, turning the SSRF guard and "
             "the https rule off for every outbound fetch. Only for a closed network you control."),
-    Setting("FEATHERREADER_TRUSTED_PROXIES", _int(0, 10), "0",
+    Setting("FEATHERREADER_TRUSTED_PROXIES", whole(0, 10), "0",
             "Reverse proxies in front of the app (a PaaS router, nginx) whose `X-Forwarded-For` and "
             "`X-Forwarded-Proto` are believed, one hop each (Werkzeug's ProxyFix). Rate limits key on the "
             "client address this yields. 0: the socket's address, and forwarded headers are ignored."),
-    Setting("FEATHERREADER_HTTP_TIMEOUT_SECS", _int(1, 300), "15", "Read timeout of outbound HTTP calls."),
-    Setting("FEATHERREADER_HTTP_MAX_BODY_BYTES", _int(1024), str(8 * 1024 * 1024),
+    Setting("FEATHERREADER_HTTP_TIMEOUT_SECS", whole(1, 300), "15", "Read timeout of outbound HTTP calls."),
+    Setting("FEATHERREADER_HTTP_MAX_BODY_BYTES", whole(1024), str(8 * 1024 * 1024),
             "Largest response body an outbound fetch accepts."),
-    Setting("FEATHERREADER_JETSTREAM_HOSTS", _list, "jetstream.us-east.bsky.network",
+    Setting("FEATHERREADER_JETSTREAM_HOSTS", names, "jetstream.us-east.bsky.network",
             "Jetstream endpoints tried in order. A bare host means `wss://HOST/subscribe`; "
             "a full `ws://` or `wss://` URL is used as is."),
-    Setting("FEATHERREADER_DB_SIZE_WATERMARK_BYTES", _int(0), "0",
+    Setting("FEATHERREADER_DB_SIZE_WATERMARK_BYTES", whole(0), "0",
             "When the database reaches this size, consumers stop writing and disconnect, re-checking "
             "every 60 s. 0 disables the check."),
-    Setting("FEATHERREADER_ADMIN_DIDS", _list, "",
+    Setting("FEATHERREADER_ADMIN_DIDS", names, "",
             "Comma-separated DIDs of this instance's operators: once signed in they may open `/admin` (the "
             "status page) and publish feed generators. Empty: nobody; everyone else gets 403."),
-    Setting("FEATHERREADER_HEALTH_MAX_LAG_SECS", _int(1), "300",
+    Setting("FEATHERREADER_HEALTH_MAX_LAG_SECS", whole(1), "300",
             "`/health` says `degraded` when a connected stream has events waiting and its last applied "
             "event is older than this (seconds)."),
-    Setting("FEATHERREADER_HEALTH_JOB_FAILURES", _int(1), "3",
+    Setting("FEATHERREADER_HEALTH_JOB_FAILURES", whole(1), "3",
             "`/health` says `degraded` when a scheduled job has failed this many runs in a row."),
-    Setting("FEATHERREADER_EXTRA_FEATURES", _list, "",
+    Setting("FEATHERREADER_EXTRA_FEATURES", names, "",
             "Comma-separated extra feature modules to load (plugins; the test suite uses it). "
             "Each may define init_app, subscriptions and jobs like the built-in ones."),
     # --- feeds (feather/feeds)
-    Setting("FEATHERREADER_CONFIG", _str, "",
+    Setting("FEATHERREADER_CONFIG", text, "",
             "Path of the feeds TOML file (namespace, collections, feeds). Empty: the built-in default "
             "(`follow`, `post`, `profile`; feed `timeline` = follow → [post])."),
-    Setting("FEED_PRUNE_SWEEP_ACTORS", _int(1), "500",
+    Setting("FEED_PRUNE_SWEEP_ACTORS", whole(1), "500",
             "Feed actors one prune slice visits; a full pass takes ceil(actors / this) slices."),
-    Setting("FEED_PRUNE_RECOVERY_INTERVAL_MS", _int(1000), str(6 * 3_600_000),
+    Setting("FEED_PRUNE_RECOVERY_INTERVAL_MS", whole(1000), str(6 * 3_600_000),
             "A fresh prune pass starts this long after the last completed full pass, even on an idle stream (ms)."),
-    Setting("FEED_SERVE", _choice("signed-in", "readers", "all"), "signed-in",
+    Setting("FEED_SERVE", one_of("signed-in", "readers", "all"), "signed-in",
             "Whose timelines are kept. `signed-in`: accounts that signed in here plus the feeds config's "
             "`actors`; `readers`: also anyone who reads a feed (up to FEED_SERVE_MAX_ACTORS); `all`: admit the "
             "whole network (a full index). Under the first two, only records that matter to a served actor "
             "are stored."),
-    Setting("FEED_SERVE_MAX_ACTORS", _int(1), "1000",
+    Setting("FEED_SERVE_MAX_ACTORS", whole(1), "1000",
             "With FEED_SERVE=readers: most actors served; a new reader past it is refused (503)."),
-    Setting("FEED_SERVICE_AUTH", _bool, "0",
+    Setting("FEED_SERVICE_AUTH", flag, "0",
             "1: getFeed requires an atproto service-auth JWT whose issuer is the `actor` "
             "(aud = FEATHERREADER_FEED_SERVICE_DID, lxm = the getFeed method)."),
-    Setting("FEATHERREADER_FEED_SERVICE_DID", _str, "",
+    Setting("FEATHERREADER_FEED_SERVICE_DID", text, "",
             "This service's DID, the `aud` a getFeed service-auth token must carry. Required when FEED_SERVICE_AUTH=1."),
     # --- identity and sign-in (feather/atproto, feather/auth)
-    Setting("FEATHERREADER_HANDLE_RESOLVER", _str, "https://bsky.social",
+    Setting("FEATHERREADER_HANDLE_RESOLVER", text, "https://bsky.social",
             "Service whose `com.atproto.identity.resolveHandle` is asked when a handle has neither a DNS "
             "TXT record nor a `/.well-known/atproto-did`. Empty: DNS and well-known only."),
-    Setting("FEATHERREADER_PLC_URL", _str, "https://plc.directory", "The did:plc directory."),
-    Setting("FEATHERREADER_PUBLIC_URL", _str, "",
+    Setting("FEATHERREADER_PLC_URL", text, "https://plc.directory", "The did:plc directory."),
+    Setting("FEATHERREADER_PUBLIC_URL", text, "",
             "The https origin this instance is reached at (e.g. `https://feather.example.com`); the OAuth "
             "client_id is `<this>/oauth-client-metadata.json`. Required in production. Empty outside "
             "production: a loopback development client (redirects to http://127.0.0.1:PORT)."),
-    Setting("FEATHERREADER_OAUTH_CLIENT_KEYS", _str, "",
+    Setting("FEATHERREADER_OAUTH_CLIENT_KEYS", text, "",
             "The OAuth client's ES256 private keys, as a JSON JWK or JWK Set, each with a `kid`. The first "
             "signs; keep retired keys listed until their sessions end. Required with FEATHERREADER_PUBLIC_URL."),
-    Setting("FEATHERREADER_TOKEN_KEYS", _str, "",
+    Setting("FEATHERREADER_TOKEN_KEYS", text, "",
             "Comma-separated base64url 32-byte keys that encrypt tokens and DPoP keys at rest (AES-GCM); the "
             "first encrypts, all decrypt (rotation). Empty: derived from SECRET_KEY."),
-    Setting("FEATHERREADER_ALLOW_APP_PASSWORDS", _bool, "0",
+    Setting("FEATHERREADER_ALLOW_APP_PASSWORDS", flag, "0",
             "1: also offer sign-in with an app password (createSession), for self-hosters, scripts and tests."),
-    Setting("FEATHERREADER_LOGIN_RATE_LIMIT", _int(1), "10",
+    Setting("FEATHERREADER_LOGIN_RATE_LIMIT", whole(1), "10",
             "Sign-in attempts allowed per client address per 5 minutes (login form and POST /api/session)."),
-    Setting("FEATHERREADER_SESSION_DAYS", _int(1, 400), "30", "How long a browser stays signed in."),
+    Setting("FEATHERREADER_SESSION_DAYS", whole(1, 400), "30", "How long a browser stays signed in."),
     # --- network catalogue (feather/network)
-    Setting("FEATHERREADER_RELAY_HOSTS", _list, "relay1.us-west.bsky.network,relay1.us-east.bsky.network",
+    Setting("FEATHERREADER_RELAY_HOSTS", names, "relay1.us-west.bsky.network,relay1.us-east.bsky.network",
             "Relays asked `listReposByCollection` (adoption count, rebuild enumeration). A bare host means "
             "`https://HOST`; a full `https://` URL is used as is."),
-    Setting("FEATHERREADER_ADOPTION_INTERVAL_SECS", _int(0), "86400",
+    Setting("FEATHERREADER_ADOPTION_INTERVAL_SECS", whole(0), "86400",
             "Adoption probe cadence in seconds, ±10 % jitter. 0 disables the probe."),
-    Setting("FEATHERREADER_SHOW_ADOPTION", _bool, "0",
+    Setting("FEATHERREADER_SHOW_ADOPTION", flag, "0",
             "Show the adoption count as one quiet line on /about (the largest count over the relays)."),
-    Setting("FEATHERREADER_PORTABILITY_DID", _str, "did:plc:ohutz6x5acjmpuulp3x7wxxc",
+    Setting("FEATHERREADER_PORTABILITY_DID", text, "did:plc:ohutz6x5acjmpuulp3x7wxxc",
             "The account whose public subscription records the live portability test reads."),
-    Setting("FEATHERREADER_NETWORK_INDEX", _bool, "0",
+    Setting("FEATHERREADER_NETWORK_INDEX", flag, "0",
             "Master switch of the catalogue: index public `community.lexicon.rss.subscription` records "
             "(live stream + rebuild). Off: nothing is indexed and the tables stay empty."),
-    Setting("FEATHERREADER_NET_MAX_ROWS", _int(1), "200000",
+    Setting("FEATHERREADER_NET_MAX_ROWS", whole(1), "200000",
             "Hard cap on indexed subscription rows; past it the oldest-indexed rows are evicted."),
-    Setting("FEATHERREADER_NET_MAX_RECORDS_PER_DID", _int(1), "5000",
+    Setting("FEATHERREADER_NET_MAX_RECORDS_PER_DID", whole(1), "5000",
             "Most subscription records kept for one account (live and rebuild)."),
-    Setting("FEATHERREADER_NET_K", _int(2), "5",
+    Setting("FEATHERREADER_NET_K", whole(2), "5",
             "k-anonymity floor: a feed with fewer distinct subscribers is never shown or counted anywhere."),
-    Setting("FEATHERREADER_NETWORK_PAGE", _bool, "0",
+    Setting("FEATHERREADER_NETWORK_PAGE", flag, "0",
             "Serve GET /network (linked only from /about) and the per-feed count API."),
-    Setting("FEATHERREADER_NET_STALE_CURSOR_SECS", _int(60), "82800",
+    Setting("FEATHERREADER_NET_STALE_CURSOR_SECS", whole(60), "82800",
             "How far the catalogue's live stream may fall behind (seconds between its last applied event, or "
             "the last rebuild, and now) before the gap is filled by a rebuild instead of a replay: outages, "
             "disk-watermark pauses, a silent socket or downtime. An hour under Jetstream's 24 h retention."),
-    Setting("FEATHERREADER_NET_REBUILD", _bool, "0",
+    Setting("FEATHERREADER_NET_REBUILD", flag, "0",
             "One-shot: on boot, the process that takes the network stream empties the catalogue before it "
             "connects and rebuilds it from the relays and PDSes (logged loudly). Unset it after the restart."),
     # --- graph sync (feather/sync)
-    Setting("SYNC_JETSTREAM_MAX_LOOKBACK_US", _int(1), str(24 * HOUR_US),
+    Setting("SYNC_JETSTREAM_MAX_LOOKBACK_US", whole(1), str(24 * HOUR_US),
             "Resume window for sync shards (µs). A saved cursor older than this is a gap the "
             "feature back-fills instead of replaying."),
-    Setting("SYNC_SHARD_COUNT", _int(1, 1000), "1",
+    Setting("SYNC_SHARD_COUNT", whole(1, 1000), "1",
             "Jetstream subscriptions synced users are hashed into (Jetstream takes 10,000 DIDs per "
             "subscription). Raising it is safe: a new shard resumes from the oldest sync cursor."),
-    Setting("SYNC_HOURLY_POINTS", _int(3), "1500",
+    Setting("SYNC_HOURLY_POINTS", whole(3), "1500",
             "PDS write points sync may spend per account per rolling hour (a create costs 3, a delete 1)."),
-    Setting("SYNC_DAILY_POINTS", _int(3), "15000",
+    Setting("SYNC_DAILY_POINTS", whole(3), "15000",
             "PDS write points sync may spend per account per rolling day."),
-    Setting("SYNC_APP_DAILY_FOLLOW_CAP", lambda name, raw: _int(1)(name, raw) if raw.strip() else None, "",
+    Setting("SYNC_APP_DAILY_FOLLOW_CAP", lambda name, raw: whole(1)(name, raw) if raw.strip() else None, "",
             "Most follows sync writes per account per app per rolling day. Empty: no cap beyond the points budget."),
-    Setting("NSID_ALLOWLIST", _list, "",
+    Setting("NSID_ALLOWLIST", names, "",
             "Comma-separated NSIDs (or `prefix.*`) this instance works with. Empty: all. Graph sync does not "
             "offer an app whose follow or profile collection is outside it."),
-    Setting("NSID_BLOCKLIST", _list, "",
+    Setting("NSID_BLOCKLIST", names, "",
             "Comma-separated NSIDs (or `prefix.*`) this instance refuses; wins over the allow list. Graph sync "
             "does not offer an app whose follow or profile collection is blocked."),
-    Setting("NSID_REQUIRES_DIDS", _list, "app.bsky.*",
+    Setting("NSID_REQUIRES_DIDS", names, "app.bsky.*",
             "Collections too busy to watch for every DID (`prefix.*` allowed): only ever subscribed with a DID "
             "filter. Graph sync does not watch these profile collections live; late joiners wait for the sweep."),
 )
