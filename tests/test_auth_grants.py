@@ -6,6 +6,7 @@ import time
 import gevent
 import pytest
 
+from feather.atproto.pds import ServerError
 from feather.auth.dpop import new_key
 from feather.auth.grants import LEASE_SECS, Grant, GrantStore, NeedsReauth
 from feather.auth.oauth import InvalidGrant
@@ -131,6 +132,75 @@ def test_a_stale_lease_from_a_crashed_worker_is_taken_over(store):
     store.save(grant())
     db.execute_sql(store_q("UPDATE auth_grant SET lease_owner = 'ghost', lease_until = ?"), (NOW - 1,))
     assert store.refresh_after_rejection(DID, "access-0").access == "access-1"
+
+
+def test_the_lease_of_a_process_killed_on_this_machine_is_taken_at_once_not_waited_out(store, caplog):
+    import subprocess
+
+    from feather.liveness import holder_name
+
+    killed = subprocess.Popen(["sleep", "30"])
+    holder = holder_name(killed.pid)
+    killed.kill()
+    killed.wait()
+    store.save(grant())
+    db.execute_sql(store_q("UPDATE auth_grant SET lease_owner = ?, lease_until = ?"), (holder, NOW + LEASE_SECS))
+    with caplog.at_level("WARNING", logger="feather.auth.grants"):
+        assert store.refresh_after_rejection(DID, "access-0").access == "access-1"
+    assert store.refresher.calls == ["refresh-0"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"took the session refresh lease of {DID} from {holder} at once: that process is gone"]
+    assert db.execute_sql("SELECT lease_owner, lease_until FROM auth_grant").fetchone() == (None, None)
+
+
+def test_two_waiters_taking_a_killed_processs_lease_at_once_refresh_only_once(app, store, monkeypatch):
+    """Both see the dead holder; the take is a compare-and-swap on it, so only one wins. The other
+    waits and reads the winner's token. (gone() yields after answering, so the two interleave.)"""
+    import subprocess
+
+    from feather import liveness
+
+    killed = subprocess.Popen(["sleep", "30"])
+    holder = liveness.holder_name(killed.pid)
+    killed.kill()
+    killed.wait()
+    real_gone = liveness.gone
+
+    def gone_then_yield(name):
+        answer = real_gone(name)
+        gevent.sleep(0)
+        return answer
+    monkeypatch.setattr(liveness, "gone", gone_then_yield)
+    store.save(grant())
+    store.refresher.delay = 0.1
+    db.execute_sql(store_q("UPDATE auth_grant SET lease_owner = ?, lease_until = ?"), (holder, NOW + LEASE_SECS))
+
+    def waiter():
+        with app.app_context(), db.connection_context():
+            return store.refresh_after_rejection(DID, "access-0").access
+    jobs = [gevent.spawn(waiter) for _ in range(2)]
+    gevent.joinall(jobs, raise_error=True)
+    assert [j.value for j in jobs] == ["access-1", "access-1"]
+    assert store.refresher.calls == ["refresh-0"]
+
+
+def test_a_running_processs_lease_is_waited_for_and_never_taken(app, store, monkeypatch):
+    import subprocess
+
+    from feather.liveness import holder_name
+
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        store.save(grant())
+        monkeypatch.setattr("feather.auth.grants.LEASE_SECS", 0)  # the wait gives up at once (5 s)
+        db.execute_sql(store_q("UPDATE auth_grant SET lease_owner = ?, lease_until = ?"),
+                       (holder_name(running.pid), NOW + 90))
+        with pytest.raises(ServerError, match="Timed out waiting for another worker"):
+            store.refresh_after_rejection(DID, "access-0")
+        assert store.refresher.calls == []
+    finally:
+        running.kill()
+        running.wait()
 
 
 def test_a_live_lease_makes_others_wait_then_read_the_new_token(app, store, monkeypatch):

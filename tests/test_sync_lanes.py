@@ -335,3 +335,145 @@ def test_the_runner_job_is_not_claimed_so_every_worker_process_runs_it(app):
     guarded(app, Job("free", lambda: calls.append("free"), 60, claimed=False), claim=lambda name: False)()
     guarded(app, Job("held", lambda: calls.append("held"), 60), claim=lambda name: False)()
     assert calls == ["free"]
+
+
+# --- holders that are gone (feather.liveness)
+
+@pytest.fixture
+def exited_holder():
+    """A holder name for a process of this machine that has exited (and was reaped)."""
+    import subprocess
+
+    from feather.liveness import holder_name
+
+    proc = subprocess.Popen(["sleep", "30"])
+    name = holder_name(proc.pid)
+    proc.kill()
+    proc.wait()
+    return name
+
+
+@pytest.fixture
+def running_holder():
+    """A holder name for a process of this machine that still runs."""
+    import subprocess
+
+    from feather.liveness import holder_name
+
+    proc = subprocess.Popen(["sleep", "30"])
+    yield holder_name(proc.pid)
+    proc.kill()
+    proc.wait()
+
+
+def test_the_leases_of_a_process_that_is_gone_are_taken_at_once_and_the_rest_wait_for_expiry(
+        ctx, exited_holder, running_holder, caplog):
+    from feather.sync.lanes import lease_lanes
+
+    make_lanes(8)
+    assert len(lease_lanes(running_holder, T0, 2)) == 2  # lanes 0-1
+    assert len(lease_lanes("peer-on-another-machine", T0, 4)) == 2  # lanes 2-3, a name with no mark
+    assert len(lease_lanes(exited_holder, T0, 7)) == 3  # lanes 4-6
+    # One second later, long before the leases expire: the gone process's three lanes are free and
+    # taken (seven at most: exactly the three freed slots); the others stay their holders'.
+    with caplog.at_level("WARNING", logger="feather.sync.lanes"):
+        taken = lease_lanes("restarted", T0 + 1, 7)
+    assert taken == [(owner(i), "bluesky") for i in (4, 5, 6)]
+    assert leases() == ([(owner(i), running_holder, T0 + 60) for i in (0, 1)]
+                        + [(owner(i), "peer-on-another-machine", T0 + 60) for i in (2, 3)]
+                        + [(owner(i), "restarted", T0 + 61) for i in (4, 5, 6)])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"sync: freed 3 lane lease(s) of {exited_holder} at once: that process is gone"]
+
+
+def test_a_gone_holders_lease_in_its_last_second_is_freed_too(ctx, exited_holder):
+    from feather.sync.lanes import lease_lanes
+
+    make_lanes(1)
+    assert lease_lanes(exited_holder, T0, 8) == [(owner(0), "bluesky")]
+    assert lease_lanes("restarted", T0 + 60, 8) == [(owner(0), "bluesky")]  # lease_until == now: still live
+
+
+_ZOMBIE_KEEPER = """
+import os, subprocess, sys, time
+sys.path.insert(0, os.getcwd())
+from feather.liveness import holder_name
+child = subprocess.Popen(["sleep", "30"])
+name = holder_name(child.pid)
+child.kill()
+while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    time.sleep(0.01)
+print(name, flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_holder_is_gone_only_on_this_machine_and_namespace_with_its_pid_and_start_time_absent(
+        exited_holder, running_holder):
+    import subprocess
+    import sys
+
+    from feather.liveness import gone, holder_name
+
+    assert gone(exited_holder) is True
+    assert gone(running_holder) is False
+    assert gone(holder_name()) is False  # this very process
+    # A process killed but not yet reaped by its parent (a zombie) runs no more. This process's
+    # gevent reaps its children at once, so a plain Python child makes and keeps one.
+    keeper = subprocess.Popen([sys.executable, "-c", _ZOMBIE_KEEPER], stdout=subprocess.PIPE, text=True)
+    try:
+        name = keeper.stdout.readline().strip()
+        assert name.count("@") == 1, name
+        with open(f"/proc/{name.split(':')[1]}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] == "Z"  # still there, as a zombie
+        assert gone(name) is True
+    finally:
+        keeper.kill()
+        keeper.wait()
+    name, mark = running_holder.split("@")
+    where, started = mark.rsplit(".", 1)
+    # The pid runs but started at another time: the pid was reused, the holder is gone.
+    assert gone(f"{name}@{where}.{int(started) + 1}") is True
+    # Another boot or another pid namespace (a container): never known to be gone.
+    boot, ns = where.split(".")
+    assert gone(f"{exited_holder.split('@')[0]}@{'0' * 16}.{ns}.1") is False
+    assert gone(f"{exited_holder.split('@')[0]}@{boot}.1.1") is False
+    assert gone(exited_holder.split("@")[0]) is False  # no mark: an older name, or no /proc
+    assert gone(None) is False and gone("") is False and gone("host:x:tok@" + mark) is False
+
+
+def test_start_time_is_the_processes_start_in_ticks_since_boot():
+    import os
+    import subprocess
+    import time
+
+    from feather.liveness import start_time
+
+    time.sleep(0.05)  # a clock tick is 10 ms: the child starts at least a few ticks after this process
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        ours, theirs = int(start_time(os.getpid())), int(start_time(child.pid))
+        assert 0 < ours < theirs
+        ticks = os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        assert abs(theirs / ticks - uptime) < 5  # the child started just now, `uptime` seconds after boot
+    finally:
+        child.kill()
+        child.wait()
+    assert start_time(child.pid) is None
+
+
+def test_the_runner_of_a_restarted_process_writes_the_lanes_a_killed_one_held_at_its_first_tick(
+        ctx, exited_holder):
+    """The runner (not just lease_lanes) of the new process frees and runs the dead holder's lanes
+    at once: all their rows are deleted at the first tick, one second after the old leases began."""
+    from feather.sync.lanes import lease_lanes, process_id
+
+    make_lanes(3)
+    assert len(lease_lanes(exited_holder, T0, 8)) == 3
+    tracker = Tracker()
+    r = runner(ctx, SlowWriter(tracker, "new", delay=lambda owner: 0), process_id(), Clock(T0 + 1))
+    assert r.tick() == 3
+    assert sorted(tracker.deleted) == ["r00x0", "r01x0", "r02x0"]
+    assert pending() == 0 and leases() == []

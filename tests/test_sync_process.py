@@ -15,8 +15,11 @@ World (all real records in the reference PDS):
 Steps:
   1. Both owners sign in with app passwords (POST /api/session, then X-CSRF-Token from GET
      /api/session) and turn sync on for bluesky, tangled and grain at the same moment.
-  2. kill -9 of the whole service (gunicorn master + worker) mid-backfill, then a restart; wait until
-     both backfills are done and both queues are drained (GET /api/sync). Repos checked.
+  2. kill -9 of the whole service (gunicorn master + worker) mid-backfill, then a restart; then a
+     second kill -9 while sync lanes are leased (writes underway, seen in sync_lanes): the restarted
+     process must free the killed one's leases at its first tick (its log names each), not wait
+     out LEASE_SECS. Wait until both backfills are done and both queues are drained (GET /api/sync).
+     Repos checked.
   3. Unfollows made by the owners propagate to every app; a live follow propagates. Repos checked.
   4. The replay case of issue 13, point 2: owner 1 (paused, so the runner cannot race the replay)
      follows B on Bluesky, unfollows B, follows B on Tangled (record T2); once those events are
@@ -62,6 +65,7 @@ from tests.support.process_world import (
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
+from tests.support.service_db import read_only
 from tests.support.service_process import ServiceProcess, service_env
 
 pytestmark = [pytest.mark.pds, pytest.mark.slow]
@@ -228,7 +232,7 @@ def test_two_owners_three_apps_kill9_mid_backfill_and_replay_whole_process(pds, 
             FEATHERREADER_PLC_URL=pds.plc_url, FEATHERREADER_HANDLE_RESOLVER=pds.pds_url,
             FEATHERREADER_LOG_LEVEL="INFO")
         with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log")) as svc:
-            scenario(pds, js, tap, svc, world, mark)
+            scenario(pds, js, tap, svc, world, mark, database_url)
     print("\ntimeline:")
     for label, at in marks:
         print(f"  {at:6.1f} s  {label}")
@@ -281,7 +285,7 @@ def build_world(pds, mark) -> dict:
             "app_passwords": passwords, "phantoms": phantoms}
 
 
-def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
+def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark, database_url: str) -> None:
     owner_accts, subjects, model = world["owners"], world["subjects"], world["model"]
     b, m = world["b"], world["m"]
     svc.start()
@@ -329,6 +333,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     for owner in owners:
         print(f"  {owner.label} after the restart: {brief(owner.state())}")
     owners[1].show_page("after the restart")
+    kill9_mid_write(svc, database_url, mark)
     states = wait_drained(owners, svc, "backfill + union + writes after the restart")
     mark("backfill done and queues drained: " + "; ".join(f"{o.label}: {brief(s)}" for o, s in zip(owners, states)))
     check_repos(pds, model, owner_accts, "after the backfill", mark)
@@ -437,6 +442,38 @@ def wait_sync_connection(js, did: str, old: set[str], timeout: float = 30.0) -> 
         return bool(found)
     _wait(connected, timeout, lambda: f"the sync shard to reconnect: {js.stats()}")
     return found
+
+
+def live_leases(database_url: str) -> dict[str, int]:
+    """Live sync lane leases per holder, read from the service's database."""
+    with read_only(database_url) as run_all:
+        return dict(run_all("SELECT leased_by, COUNT(*) FROM sync_lanes WHERE leased_by IS NOT NULL"
+                            " AND lease_until >= ? GROUP BY leased_by", [int(time.time())]))
+
+
+def kill9_mid_write(svc: ServiceProcess, database_url: str, mark) -> None:
+    """kill -9 while lanes are leased (writing), then restart. The killed process's leases would
+    block its lanes until they expire (LEASE_SECS, 60 s); the new process frees them at its first
+    runner tick instead, and its log names each one. A kill that lands just as the lanes were
+    released is retried (a restart, the next lease)."""
+    for attempt in range(1, 6):
+        _wait(lambda: live_leases(database_url), 300, "a sync lane to be leased (a write underway)", interval=0.05)
+        svc.kill9()
+        held = live_leases(database_url)  # nothing can change them any more
+        if held:
+            break
+        mark(f"kill -9 #{attempt} landed just after the lanes were released; restarting to try again")
+        svc.start()
+    else:
+        raise AssertionError("five kills in a row landed between two leases")
+    log_before = len(svc.log_text())
+    svc.start()
+    restarted = time.monotonic()
+    want = [f"sync: freed {n} lane lease(s) of {holder} at once: that process is gone" for holder, n in held.items()]
+    _wait(lambda: all(line in svc.log_text()[log_before:] for line in want), 45,
+          lambda: f"the restarted service to free the killed one's leases {held}; log tail:\n{svc.log_tail(30)}")
+    mark(f"kill -9 mid-write with {sum(held.values())} lane(s) leased; the restart freed them "
+         f"{time.monotonic() - restarted:.1f} s after it answered /health (LEASE_SECS is 60)")
 
 
 def wait_drained(owners: list[Owner], svc: ServiceProcess, what: str) -> list[dict]:

@@ -44,7 +44,6 @@ import html
 import random
 import re
 import secrets
-import sqlite3
 import string
 import time
 
@@ -68,6 +67,7 @@ from tests.support.process_world import (
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
+from tests.support.service_db import read_only
 from tests.support.service_process import ServiceProcess, free_port, service_env
 
 pytestmark = [pytest.mark.pds, pytest.mark.slow]
@@ -500,26 +500,11 @@ def stored_of(database_url: str, unrelated: list[Acct], authors: list[str], read
         "fetches": (f"SELECT count(*) FROM feed_fetches WHERE did IN ({marks})", dids),
     }
     control = (f"SELECT count(*) FROM feed_records_post WHERE did IN ({', '.join('?' * len(authors))})", authors)
-    if database_url.startswith("sqlite"):
-        conn = sqlite3.connect(f"file:{database_url.split(':///', 1)[1]}?mode=ro", uri=True)
-        run_all = lambda sql, params: conn.execute(sql, params).fetchall()
-    else:
-        import psycopg2
-
-        conn = psycopg2.connect(database_url, options="-c default_transaction_read_only=on")
-        cur = conn.cursor()
-
-        def run_all(sql, params):
-            cur.execute(sql.replace("?", "%s"), params)
-            return cur.fetchall()
-
-    def run(sql, params):
-        return run_all(sql, params)[0][0]
-    try:
+    with read_only(database_url) as run_all:
+        def run(sql, params):
+            return run_all(sql, params)[0][0]
         return {"unrelated": {k: run(*q) for k, q in queries.items()}, "followed_posts": run(*control),
                 "deleted_rows": run(f"SELECT count(*) FROM feed_items WHERE uri IN ({', '.join('?' * len(deleted))})",
                                     deleted),
                 "feed_items": {r.did: [row[0] for row in run_all("SELECT uri FROM feed_items WHERE actor = ?", [r.did])]
                                for r in readers}}
-    finally:
-        conn.close()
