@@ -235,3 +235,197 @@ HOUR = 3_600_000_000
 ])
 def test_resume_point_rewinds_the_overlap_and_reports_a_cursor_older_than_the_lookback(applied, first_seen, lookback, want):
     assert store.resume_point(applied, first_seen, lookback, NOW) == want
+
+
+# --- boundaries and guards a planted bug slipped past
+
+def test_a_time_us_of_zero_decodes_but_a_boolean_time_us_is_refused():
+    assert decode('{"did":"did:plc:a","time_us":0,"kind":"identity","identity":{}}').time_us == 0
+    with pytest.raises(DecodeError) as err:
+        decode('{"did":"did:plc:a","time_us":true,"kind":"identity","identity":{}}')
+    assert "missing or invalid time_us" in str(err.value)
+
+
+def test_a_v2_cursor_of_zero_is_no_sequence():
+    assert decode('{"did":"did:plc:a","time_us":1,"cursor":0,"kind":"identity","identity":{}}').seq is None
+    assert decode('{"did":"did:plc:a","time_us":1,"cursor":1,"kind":"identity","identity":{}}').seq == 1
+
+
+def test_a_frame_of_exactly_the_size_limit_still_decodes():
+    from feather.jetstream.events import MAX_FRAME_BYTES
+
+    head, tail = '{"did":"did:plc:a","time_us":1,"kind":"identity","identity":{},"pad":"', '"}'
+    frame = head + "x" * (MAX_FRAME_BYTES - len(head) - len(tail)) + tail
+    assert len(frame) == MAX_FRAME_BYTES
+    assert decode(frame).did == "did:plc:a"
+    with pytest.raises(DecodeError) as err:
+        decode(frame[:-2] + "x" + tail)
+    assert f"exceeds {MAX_FRAME_BYTES}" in str(err.value)
+
+
+def test_params_are_appended_with_an_ampersand_to_a_host_url_that_has_a_query():
+    url = hosts.with_params("wss://h/subscribe?requireHello=true", ["a.b.c"], None, 7)
+    assert url == "wss://h/subscribe?requireHello=true&wantedCollections=a.b.c&cursor=7"
+
+
+def test_a_cursor_of_zero_is_sent_not_dropped_for_live_tail():
+    assert hosts.with_params("wss://h/subscribe", [], None, 0) == "wss://h/subscribe?cursor=0"
+    assert hosts.with_params("wss://h/subscribe", [], None, None) == "wss://h/subscribe"
+
+
+def test_a_subscription_name_of_64_characters_is_accepted_and_65_refused():
+    validate(Subscription("s" * 64, ["app.bsky.feed.post"], [_handler()]))
+    with pytest.raises(SubscriptionError) as err:
+        validate(Subscription("s" * 65, ["app.bsky.feed.post"], [_handler()]))
+    assert "must be 1-64 characters" in str(err.value)
+
+
+def test_exactly_10000_dids_are_accepted():
+    assert len(validate_dids("sync:0", [f"did:plc:{i}" for i in range(10_000)])) == 10_000
+
+
+def test_a_collection_prefix_matches_only_whole_name_segments():
+    h = Handler("t", lambda e: None, frozenset({"app.bsky.graph.*"}))
+    assert h.wants(CommitEvent("did:plc:a", 1, "create", "app.bsky.graph.block", "k", {}, "c"))
+    assert not h.wants(CommitEvent("did:plc:a", 1, "create", "app.bsky.graphy.thing", "k", {}, "c"))
+
+
+def test_same_named_subscriptions_with_a_did_filter_cannot_be_merged():
+    a = Subscription("sync:0", ["app.bsky.graph.follow"], [_handler()], dids=lambda: ["did:plc:a"])
+    b = Subscription("sync:0", ["app.bsky.graph.follow"], [_handler()], dids=lambda: ["did:plc:b"])
+    with pytest.raises(SubscriptionError) as err:
+        merge([a, b])
+    assert "only DID-unfiltered subscriptions can be shared" in str(err.value)
+
+
+def test_a_cursor_saved_without_a_sequence_keeps_the_saved_sequence(app):
+    from feather.db import db
+
+    with app.app_context(), db.connection_context():
+        store.save_cursor("global", Cursor(1_000, 77))
+        store.save_cursor("global", Cursor(2_000, None))
+        assert store.load_cursor("global") == Cursor(2_000, 77)
+        store.save_cursor("global", Cursor(1_500, 70))  # an older save arriving late moves nothing back
+        assert store.load_cursor("global") == Cursor(2_000, 77)
+
+
+def test_a_batch_whose_second_handler_fails_commits_neither_the_first_handlers_writes_nor_the_cursor(app):
+    from feather.db import db
+
+    def writes(events):
+        store.save_cursor("written-by-handler", Cursor(events[-1].time_us))
+
+    def fails(events):
+        raise RuntimeError("handler failed")
+
+    sub = Subscription("global", ["app.bsky.feed.post"], [Handler("a", writes), Handler("b", fails)])
+    event = CommitEvent("did:plc:a", 5_000, "create", "app.bsky.feed.post", "k", {}, "c")
+    with app.app_context(), db.connection_context():
+        with pytest.raises(RuntimeError):
+            store.apply_batch(sub, [event], Cursor(5_000))
+        assert store.load_cursor("written-by-handler") is None
+        assert store.load_cursor("global") is None
+        store.apply_batch(Subscription("global", ["app.bsky.feed.post"], [Handler("a", writes)]), [event],
+                          Cursor(5_000))
+        assert (store.load_cursor("written-by-handler"), store.load_cursor("global")) == (Cursor(5_000), Cursor(5_000))
+
+
+def _stream(app, handlers=None):
+    from feather.jetstream.consumer import Stream
+
+    sub = Subscription("global", ["app.bsky.feed.post"], handlers or [_handler()])
+    return Stream(sub, ["ws://127.0.0.1:9/subscribe"], app=app, allow_private=True)
+
+
+def _post(time_us, seq=None, rkey="k"):
+    return CommitEvent("did:plc:a", time_us, "create", "app.bsky.feed.post", rkey, {}, "c", None, seq)
+
+
+def _drain_into_cursor(stream, events):
+    """Queue events, then run the writer until it has applied them and stopped."""
+    for event in events:
+        stream.queue.put((stream.generation, event))
+    stream.stopping.set()
+    stream._write_loop()
+
+
+def test_a_batch_takes_at_most_500_events_and_leaves_the_rest_queued(app):
+    stream = _stream(app)
+    for i in range(501):
+        stream.queue.put((0, _post(i + 1, rkey=f"k{i}")))
+    batch = stream._next_batch()
+    assert len(batch) == 500 and batch[-1].time_us == 500
+    assert stream.queue.qsize() == 1
+
+
+def test_the_writer_cursor_is_the_newest_event_of_the_batch_not_the_last_received(app):
+    from feather.db import db
+
+    stream = _stream(app)
+    _drain_into_cursor(stream, [_post(300, rkey="a"), _post(100, rkey="b"), _post(200, rkey="c")])
+    assert stream.cursor == Cursor(300, None)
+    with app.app_context(), db.connection_context():
+        assert store.load_cursor("global") == Cursor(300, None)
+
+
+def test_a_batch_without_sequences_keeps_the_sequence_the_stream_resumes_from(app):
+    stream = _stream(app)
+    _drain_into_cursor(stream, [_post(100, seq=5)])
+    stream.stopping.clear()
+    _drain_into_cursor(stream, [_post(200)])
+    assert stream.cursor == Cursor(200, 5)
+    assert stream._connect_cursor() == 5  # resumes by sequence, as the saved cursor says
+
+
+def test_a_failure_streak_ends_only_once_the_failed_sequence_itself_is_applied():
+    from feather.jetstream.writer import _covers
+
+    assert _covers(Cursor(10, 7), Cursor(10, 7))
+    assert not _covers(Cursor(10, 6), Cursor(10, 7))
+    assert _covers(Cursor(10), Cursor(10)) and not _covers(Cursor(9), Cursor(10))
+
+
+def test_an_event_at_the_high_water_mark_counts_as_already_queued(app):
+    stream = _stream(app)
+    stream.high_water = (0, 100, 7)
+    assert stream._already_queued(_post(100, seq=7))
+    assert not stream._already_queued(_post(100, seq=8))
+    stream.high_water = (0, 100, None)
+    assert stream._already_queued(_post(100))
+    assert not stream._already_queued(_post(101))
+
+
+def test_events_applied_in_one_second_leave_the_rate_exactly_60_seconds_later(monkeypatch):
+    from feather.jetstream import observe
+
+    obs = observe.StreamObserver()
+    monkeypatch.setattr(observe.time, "time", lambda: 1_000.5)
+    obs.applied(120, 1_000_000_000)
+    assert obs.events_per_sec(now=1_059.9) == 2.0
+    assert obs.events_per_sec(now=1_060.0) == 0.0
+
+
+def test_a_stream_whose_high_water_is_its_applied_sequence_has_no_backlog(app):
+    from feather.jetstream import observe
+
+    stream = _stream(app)
+    stream.cursor = Cursor(100, 7)
+    stream.high_water = (0, 100, 7)
+    assert observe.backlog(stream) is False
+    stream.high_water = (0, 100, 8)
+    assert observe.backlog(stream) is True
+    stream.high_water = (0, 100, None)
+    assert observe.backlog(stream) is False
+    stream.high_water = (0, 101, None)
+    assert observe.backlog(stream) is True
+
+
+def test_a_batch_stamped_in_the_future_shows_no_negative_lag():
+    import time
+
+    from feather.jetstream import observe
+
+    obs = observe.StreamObserver()
+    obs.applied(1, int((time.time() + 3_600) * 1_000_000))
+    assert obs.applied_lag_secs == 0.0
+    assert obs.lag_secs(None, backlog=False) == 0.0

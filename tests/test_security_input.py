@@ -27,6 +27,10 @@ def test_ascii_int_takes_a_minus_sign_only_when_asked():
     assert (ascii_int("-5", signed=True), ascii_int("--5", signed=True), ascii_int("-٣", signed=True)) == (-5, None, None)
 
 
+def test_a_plus_sign_is_refused_even_when_a_sign_is_allowed():
+    assert (ascii_int("+5", signed=True), ascii_int("+5"), ascii_int("-5")) == (None, None, None)
+
+
 @pytest.fixture
 def feeds(make_app, tmp_path):
     app = feeds_app(make_app, tmp_path, toml(), sources=FakeSources())
