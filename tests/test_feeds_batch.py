@@ -209,3 +209,17 @@ def test_a_record_deleted_twice_in_one_batch_keeps_the_later_delete_as_its_tombs
     # the replayed re-create is refused (no step at all).
     assert paths == {"ordered": 2, "grouped": 3}
     assert apply_log(app, [first, batch, [recreate]], ordered_only=True) == result
+
+
+@pytest.mark.parametrize("ordered_only", [True, False], ids=["per-event", "set-based"])
+def test_a_replayed_older_delete_never_moves_a_tombstone_back(app, ordered_only):
+    """Deleted at +4, re-created at +5, then a replay brings the delete at +2 again (the record is
+    stored, so the delete applies): the tombstone stays at +4, the newest delete seen."""
+    _schema(app)
+    s, reader = "did:plc:solo", "did:plc:reader"
+    uri = f"at://{s}/{POST}/p1"
+    first = [follow(reader, "f1", s), post(s, "p1", BASE_US + 1)]
+    recreate = create(s, POST, "p1", {"text": "again", "createdAt": iso(BASE_US + 5)}, time_us=BASE_US + 5)
+    result = apply_log(app, [first, [delete(s, POST, "p1", time_us=BASE_US + 4)], [recreate],
+                             [delete(s, POST, "p1", time_us=BASE_US + 2)]], ordered_only=ordered_only)
+    assert result["tombstones"] == [(uri, BASE_US + 4)]

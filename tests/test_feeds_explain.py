@@ -252,3 +252,13 @@ def test_an_unfollow_is_bounded_by_the_followers_feed_of_one_collection(app):
     else:
         conds = {name: [_norm(line) for line in lines if "Index Cond" in line] for name, lines in plans.items()}
         assert all(c and all("collection=" in x for x in c) for c in conds.values()), conds
+
+
+def test_a_scan_that_walks_an_index_is_not_a_bare_table_scan():
+    from feather.dialect import POSTGRESQL, SQLITE
+
+    assert SQLITE.has_full_scan(["SCAN feed_items"], "feed_items")
+    assert not SQLITE.has_full_scan(["SCAN feed_items USING COVERING INDEX feed_items_actor"], "feed_items")
+    assert not SQLITE.has_full_scan(["SEARCH feed_items USING INDEX feed_items_actor (actor=?)"], "feed_items")
+    assert POSTGRESQL.has_full_scan(["  ->  Seq Scan on feed_items  (cost=0.00..1.00 rows=1 width=8)"], "feed_items")
+    assert not POSTGRESQL.has_full_scan(["Index Scan using feed_items_pkey on feed_items"], "feed_items")

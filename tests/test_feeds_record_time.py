@@ -60,3 +60,9 @@ def test_a_canonical_stamp_keeps_its_microseconds_and_a_future_one_takes_the_sou
     assert records.record_time_us({"createdAt": "2025-10-09T08:53:20.123456Z"}, SOURCE_US) == 1_760_000_000_123_456
     assert records.record_time_us({"createdAt": "2025-10-09T08:53:20.1Z"}, SOURCE_US) == 1_760_000_000_100_000
     assert records.record_time_us({"createdAt": "2099-01-01T00:00:00Z"}, 1_760_000_000_000_000) == 1_760_000_000_000_000
+
+
+def test_a_stored_record_that_is_not_json_reads_back_as_its_raw_text():
+    assert records.parse_value('{"text":"hi"}') == {"text": "hi"}
+    assert records.parse_value('{"text":') == '{"text":'
+    assert records.parse_value(None) is None

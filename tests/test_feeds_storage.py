@@ -106,3 +106,13 @@ def test_a_slice_visits_at_most_the_budget_and_the_next_resumes_across_tables(ma
     assert (third.authors, third.removed, third.table, third.did) == (0, 0, None, None)
     assert rows(app, "SELECT count(*) FROM feed_records_post") == [(0,)]
     assert rows(app, "SELECT count(*) FROM feed_records_profile") == [(0,)]
+
+
+def test_a_followed_but_unserved_authors_own_follows_are_removed_and_their_posts_kept(make_app, tmp_path):
+    everything = served_app(make_app, tmp_path, serve="all")  # as stored before admission was turned on
+    ingest(everything, [follow(A, "f1", C), follow(C, "f2", D), post(C, "c1", BASE_US + 1)])
+    app = served_app(make_app, tmp_path)
+    tick(app)
+    assert rows(app, "SELECT did, rkey FROM feed_records_follow") == [(A, "f1")]
+    assert rows(app, "SELECT did FROM feed_records_post") == [(C,)]
+    assert feed_uris(app, A) == [f"at://{C}/{POST}/c1"]

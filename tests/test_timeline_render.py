@@ -88,3 +88,18 @@ def test_relative_times_and_the_exact_time():
     assert ago(us(30 * 86400), now) == "16 Dec 2026"  # another year: the year is shown
     assert ago(us(400 * 86400), now) == "11 Dec 2025"
     assert exact(us(0)) == "2027-01-15 08:00 UTC"
+
+
+def test_relative_times_turn_at_the_exact_minute_hour_day_and_week():
+    now = 1_800_000_000
+    us = lambda seconds_ago: (now - seconds_ago) * 1_000_000  # noqa: E731
+    assert [ago(us(s), now) for s in (59, 60, 3599, 3600, 86399, 86400, 7 * 86400 - 1)] == \
+        ["now", "1m", "59m", "1h", "23h", "1d", "6d"]
+    assert ago(us(7 * 86400), now) == "8 Jan"
+    assert ago(us(-30), now) == "now"  # a post stamped in the future reads as now
+
+
+def test_an_empty_facet_range_links_nothing():
+    assert str(rich_text("ab", [facet(1, 1, uri="https://example.com/")])) == "ab"
+    assert str(rich_text("ab", [facet(1, 2, uri="https://example.com/")])) == \
+        'a<a href="https://example.com/" rel="nofollow noopener ugc">b</a>'
