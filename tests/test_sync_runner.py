@@ -276,3 +276,69 @@ def test_lanes_of_one_owner_run_in_parallel_but_in_order_within_a_lane(env):
     assert sorted(env.pds.records(ALICE, SIFA).values()) == ["did:plc:s1", "did:plc:s2"]
     creates = [w for w in env.pds.writes if w[2] == TANGLED]
     assert [w[4] for w in creates] == ["did:plc:s1", "did:plc:s2"]
+
+
+def _unfollow_queued(env):
+    _followed(env)
+    env.run()
+    env.echo()
+    env.pds.user_unfollow(ALICE, BSKY, next(iter(env.pds.records(ALICE, BSKY))))
+    env.echo()
+
+
+def _refuse_with_400(*args, **kwargs):
+    from feather.sync.writer import BadRequest
+
+    raise BadRequest("Invalid record", status=400)
+
+
+def test_a_400_on_an_unfollow_is_retried_with_backoff(env, monkeypatch):
+    _unfollow_queued(env)
+    monkeypatch.setattr(env.pds, "delete_follow", _refuse_with_400)
+    assert env.run() == 0
+    assert _rows("SELECT kind, status, attempts, not_before FROM sync_queue WHERE kind = 'unfollow'") == [
+        ("unfollow", "pending", 1, T0 + 60)]
+    assert [r[4] for r in env.mirror()] == ["deleting"]  # still on its way out, not given up
+
+
+def test_a_400_on_a_follow_fails_it_at_once(env, monkeypatch):
+    _followed(env)
+    monkeypatch.setattr(env.pds, "create_follow", _refuse_with_400)
+    assert env.run() == 0
+    assert _rows("SELECT kind, status, attempts FROM sync_queue") == [("follow", "failed", 1)]
+
+
+def test_a_fault_of_ours_before_the_pds_answers_refunds_the_points_and_retries(env, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug of ours")
+
+    _followed(env)
+    monkeypatch.setattr(env.pds, "create_follow", broken)
+    assert env.run() == 0
+    assert _rows("SELECT status, attempts, not_before FROM sync_queue") == [("pending", 1, T0 + 60)]
+    assert _rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled' ORDER BY id") == [("error", 0)]
+
+
+def test_signing_in_again_lets_a_lane_parked_by_401s_write_at_once(env):
+    from feather.sync.store import pause, resume, sets_due_for_sweep
+
+    _followed(env)
+    env.pds.faults = ["401"]
+    env.run()
+    assert _rows("SELECT not_before FROM sync_queue") == [(T0 + 300,)]
+    pause(ALICE, "signed out", env.clock())
+    assert resume(ALICE, env.clock()) is True
+    assert sets_due_for_sweep(env.clock(), 10) == [ALICE]  # a sweep due this very second
+    assert env.run() == 1  # no wait for the lane's 300 s park
+    assert resume(ALICE, env.clock()) is False  # not paused any more: nothing to resume
+
+
+def test_a_shorter_rate_limit_never_shortens_an_account_park(env):
+    from feather.sync.store import get_set, park_account
+
+    _followed(env)
+    park_account(ALICE, T0 + 500, T0)
+    park_account(ALICE, T0 + 100, T0)
+    assert get_set(ALICE).parked_until == T0 + 500
+    park_account(ALICE, T0 + 900, T0)
+    assert get_set(ALICE).parked_until == T0 + 900

@@ -306,3 +306,36 @@ def test_a_rate_limit_row_says_until_when(env):
     env.run()
     assert service.activity(ALICE, 1, now=env.clock())[0]["message"] == \
         "Your PDS asked Feather to slow down until 08:02 UTC."
+
+
+def test_a_lane_whose_lease_ends_this_second_is_still_writing_now(env):
+    from feather.sync.store import execute
+
+    enable_with_one_follow_to_write(env)
+    execute("INSERT INTO sync_lanes (owner_did, app, leased_by, lease_until) VALUES (?, 'tangled', 'w1', ?)",
+            ALICE, T0)
+    assert overview(env)["next_write"]["reason"] == "writing"
+    env.clock.advance(1)
+    assert overview(env)["next_write"]["reason"] == "ready"
+
+
+def test_spending_exactly_up_to_the_hourly_budget_is_allowed_now(make_env):
+    from feather.sync.store import record_activity
+
+    env = make_env(SYNC_HOURLY_POINTS="9")
+    enable_with_one_follow_to_write(env)
+    record_activity(ALICE, T0 - 3000, "sifa", "follow", CAROL, 3, None)
+    record_activity(ALICE, T0 - 10, "sifa", "follow", CAROL, 3, None)  # 6 spent, the follow costs 3: 9
+    nxt = overview(env)["next_write"]
+    assert (nxt["at"], nxt["reason"]) == (T0, "ready")
+
+
+def test_the_daily_follow_cap_frees_when_the_cap_th_newest_follow_is_a_day_old(make_env):
+    from feather.sync.store import record_activity
+
+    env = make_env(SYNC_APP_DAILY_FOLLOW_CAP="2")
+    enable_with_one_follow_to_write(env)
+    for ago in (3000, 2000, 1000):  # three follows on Tangled today; a cap of 2
+        record_activity(ALICE, T0 - ago, "tangled", "follow", CAROL, 0, None)
+    nxt = overview(env)["next_write"]
+    assert (nxt["at"], nxt["reason"]) == (T0 - 2000 + 86400, "daily_cap")
