@@ -166,3 +166,10 @@ def test_module_next_tid_is_valid_monotonic_and_current():
     ts, _ = syntax.decode_tid(tids[0])
     now_us = datetime.now(timezone.utc).timestamp() * 1e6
     assert abs(ts - now_us) < 60e6
+
+
+def test_a_did_web_localhost_port_runs_from_1_to_65535():
+    assert syntax.did_web_host("did:web:localhost%3A1") == "localhost:1"
+    assert syntax.did_web_host("did:web:localhost%3A65535") == "localhost:65535"
+    assert syntax.did_web_host("did:web:localhost%3A65536") is None
+    assert syntax.did_web_host("did:web:localhost%3A0") is None

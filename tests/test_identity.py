@@ -265,3 +265,19 @@ def test_signature_check_accepts_low_s_and_refuses_high_s():
     assert crypto.verify_signature(private.public_key(), b"msg", raw(low)) is True
     assert crypto.verify_signature(private.public_key(), b"msg", raw(high)) is False
     assert crypto.verify_signature(private.public_key(), b"other", raw(low)) is False
+
+
+def test_a_cached_answer_expires_exactly_at_its_ttl_and_the_oldest_entry_makes_room():
+    from feather.atproto.cache import TtlCache
+
+    now = [100.0]
+    cache = TtlCache(10.0, lambda: now[0], max_entries=2)
+    cache.put("a", "did:plc:a")
+    now[0] = 109.999
+    assert cache.get("a") == "did:plc:a"
+    now[0] = 110.0
+    assert cache.get("a") is None
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("c", 3)
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (None, 2, 3)

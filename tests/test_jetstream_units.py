@@ -1,5 +1,6 @@
 """Pure parts of the ingest engine: decoding, hosts, registration limits, backoff, dev injection."""
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -399,7 +400,7 @@ def test_events_applied_in_one_second_leave_the_rate_exactly_60_seconds_later(mo
     from feather.jetstream import observe
 
     obs = observe.StreamObserver()
-    monkeypatch.setattr(observe.time, "time", lambda: 1_000.5)
+    monkeypatch.setattr(observe, "time", SimpleNamespace(time=lambda: 1_000.5))
     obs.applied(120, 1_000_000_000)
     assert obs.events_per_sec(now=1_059.9) == 2.0
     assert obs.events_per_sec(now=1_060.0) == 0.0

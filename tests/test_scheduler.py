@@ -1,6 +1,8 @@
 """Scheduled jobs: failures are logged once per streak and recorded, the job lives on (with a
 backoff); claims make a job run once cluster-wide."""
 import logging
+import time
+from types import SimpleNamespace
 
 from feather import supervisor
 from feather.scheduler import Job, build_scheduler, guarded
@@ -75,3 +77,36 @@ def test_scheduler_registers_each_job_once_by_id(app):
     scheduler = build_scheduler(app, [Job("a", lambda: None, 10), Job("b", lambda: None, 20, jitter=2.0)])
     assert sorted(job.id for job in scheduler.get_jobs()) == ["a", "b"]
     assert {job.name for job in scheduler.get_jobs()} == {"a", "b"}
+
+
+def test_a_failing_job_runs_again_the_very_second_its_backoff_ends(app, monkeypatch):
+    clock = [1_000.0]
+    monkeypatch.setattr(supervisor, "time", SimpleNamespace(time=lambda: clock[0], monotonic=time.monotonic))
+    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 30.0)
+    calls = []
+
+    def failing():
+        calls.append(clock[0])
+        raise RuntimeError("down")
+
+    run = guarded(app, Job("down", failing, 5))
+    run()
+    assert run.piece.next_try_at == 1_030.0
+    clock[0] = 1_029.9
+    run()
+    clock[0] = 1_030.0
+    run()
+    assert calls == [1_000.0, 1_030.0]
+    assert run.piece.skipped == 1
+
+
+def test_postgres_and_postgresql_urls_both_claim_through_advisory_locks(tmp_path):
+    from feather.workers import FileClaims, PgClaims, claims_for
+
+    for url in ("postgres://feather:pw@db.example/feather", "postgresql://feather:pw@db.example/feather"):
+        claims = claims_for(SimpleNamespace(database_url=url, sqlite_path=None, featherreader_data_dir=str(tmp_path)))
+        assert isinstance(claims, PgClaims)
+        assert claims.url == "postgresql://feather:pw@db.example/feather"
+    sqlite = claims_for(SimpleNamespace(database_url="sqlite:///x.db", sqlite_path=tmp_path / "x.db",
+                                        featherreader_data_dir=str(tmp_path)))
+    assert isinstance(sqlite, FileClaims) and sqlite.path == tmp_path / "x.db.workers.lock"
