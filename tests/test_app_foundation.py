@@ -223,3 +223,63 @@ def test_gunicorn_logs_access_to_stdout_and_opens_no_shared_control_socket():
     assert (cfg.accesslog, cfg.control_socket_disable) == ("-", True)
     assert "--access-logfile -" in (REPO / "Procfile").read_text()
     assert "--access-logfile -" in (REPO / "Makefile").read_text()
+
+
+@pytest.mark.once
+def test_a_web_process_applies_the_migrations_and_without_run_workers_starts_no_worker(make_app, tmp_path):
+    """gunicorn.conf.py's post_fork: feather.runtime.start_web_process on a fresh database."""
+    from feather.db import db
+    from feather.migrate import discover
+    from feather.runtime import start_web_process
+
+    app = make_app(migrate=False, DATABASE_URL=f"sqlite:///{tmp_path}/fresh.db", FEATHERREADER_RUN_WORKERS="0")
+    workers = start_web_process(app)
+    try:
+        assert workers.running is False
+        with db.connection_context():
+            applied = {row[0] for row in db.execute_sql("SELECT version FROM schema_version").fetchall()}
+        assert applied == {m.version for m in discover()}
+    finally:
+        workers.stop()
+
+
+@pytest.mark.once
+def test_flask_worker_with_the_scheduler_disabled_has_nothing_to_do_and_returns(make_app, tmp_path, monkeypatch):
+    import signal
+
+    from feather.runtime import run_worker_process
+
+    installed = []  # the handlers would outlive the test in pytest's own process
+    monkeypatch.setattr(gevent, "signal_handler", lambda sig, handler: installed.append(sig))
+    app = make_app(migrate=False, DATABASE_URL=f"sqlite:///{tmp_path}/fresh.db", FEATHERREADER_DISABLE_SCHEDULER="1")
+    with gevent.Timeout(20):  # a guard only: the standby loop would wait for a signal forever
+        run_worker_process(app)
+    assert sorted(installed) == sorted([signal.SIGTERM, signal.SIGINT])
+
+
+def test_an_empty_flag_is_off_and_a_numbers_upper_bound_is_allowed(tmp_path):
+    settings = load_settings({"FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": str(tmp_path),
+                              "FEATHERREADER_DISABLE_SCHEDULER": "", "PORT": "65535",
+                              "FEATHERREADER_TRUSTED_PROXIES": "10"})
+    assert (settings.featherreader_disable_scheduler, settings.port, settings.featherreader_trusted_proxies) == (
+        False, 65535, 10)
+    with pytest.raises(ConfigError) as err:
+        load_settings({"FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": str(tmp_path), "PORT": "65536"})
+    assert str(err.value) == "PORT: expected a number <= 65535; got 65536"
+
+
+def test_the_in_memory_sqlite_url_is_a_valid_database_url(tmp_path):
+    settings = load_settings({"FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": str(tmp_path),
+                              "DATABASE_URL": "sqlite://:memory:"})
+    assert settings.database_url == "sqlite://:memory:"
+
+
+def test_with_an_invalid_configuration_flask_help_says_why_only_some_commands_are_there():
+    from feather.cli import stand_in_app
+
+    app = stand_in_app("PORT: expected a whole number; got 'eighty'")
+    result = app.test_cli_runner().invoke(args=["--help"])
+    assert result.exit_code == 0
+    assert ("The configuration is invalid (PORT: expected a whole number; got 'eighty'), so only these commands "
+            "are available.") in " ".join(result.output.split())
+    assert "new-oauth-client-key" in result.output and "worker" not in result.output

@@ -137,3 +137,21 @@ def test_publishing_again_renames_the_feed_on_the_page_and_in_the_record(world):
     assert repo.records[(A, "app.bsky.feed.generator", "timeline")]["displayName"] == "Friends"
     page = client.get("/feeds/publish").text
     assert f"Published as <code>{URI}</code> (“Friends”)." in page and "(“Following”)" not in page
+
+
+def test_an_oauth_sign_in_without_the_permission_hears_of_a_too_long_name_before_the_consent_page(world):
+    app, client, repo = world
+    sign_in(app, client, did=A, handle="alice.test", kind="oauth", scope="atproto")
+    r = post_form(client, action="publish", display_name="x" * 25)
+    assert (r.status_code, r.headers["Location"]) == (303, "/feeds/publish")
+    assert "The display name is longer than 24 characters." in client.get("/feeds/publish").text
+    assert repo.records == {}
+
+
+def test_an_unknown_action_is_a_400_naming_the_two_the_page_sends(world):
+    app, client, repo = world
+    sign_in(app, client, did=A, handle="alice.test")
+    r = post_form(client, action="rename", display_name="Following")
+    assert r.status_code == 400
+    assert "Unknown action; the page sends publish or unpublish." in r.text
+    assert repo.records == {}

@@ -164,3 +164,53 @@ def test_fetching_a_followee_whose_posts_are_already_stored_copies_no_more_than_
     with app.app_context(), db.connection_context():
         assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
     assert feed_uris(app, A) == [f"at://{C}/{POST}/c3", f"at://{C}/{POST}/c2"]
+
+
+def test_a_new_followees_fetch_asks_for_no_more_than_the_feeds_cap(make_app, tmp_path):
+    """followBackfill (100 here) is bounded by the target's cap (2): the fetch lists two posts,
+    and reads the profile's `self` record."""
+    from feather.feeds import authors
+
+    app = feeds_app(make_app, tmp_path, toml(max_items=2), sources=FakeSources(), FEED_SERVE="signed-in")
+    config = app.extensions["feeds"]
+    assert [(c.short, n) for c, n in authors.plan(config)] == [("post", 2), ("profile", 0)]
+
+
+def test_a_failing_author_fetch_backs_off_doubling_and_gives_up_at_the_fifth_try(make_app, tmp_path):
+    from feather.feeds import authors
+    from feather.feeds.sources import SourceError
+
+    class Down(FakeSources):
+        def list_recent(self, did, collection, limit, deadline):
+            raise SourceError("the author's PDS is down")
+
+    app = served_app(make_app, tmp_path, sources=Down())
+    run(app, global_handler(app), [follow(A, "f1", C, at_us=BASE_US + 100)])
+    seen = []
+    for _ in range(authors.MAX_ATTEMPTS):
+        ((due,),) = rows(app, "SELECT requested_us FROM feed_fetches")
+        with app.app_context(), db.connection_context():
+            assert authors.fetch_tick(app, app.extensions["feeds"], now_us=due) == 0
+        ((attempts, requested, fetched),) = rows(app, "SELECT attempts, requested_us, fetched_us FROM feed_fetches")
+        seen.append((attempts, requested - due, fetched and fetched - due))
+    assert seen == [(1, 60_000_000, None), (2, 120_000_000, None), (3, 240_000_000, None),
+                    (4, 480_000_000, None), (5, 960_000_000, 0)]
+    with app.app_context(), db.connection_context():  # given up: never due again
+        assert authors.fetch_tick(app, app.extensions["feeds"], now_us=due + 10**12) == 0
+    assert rows(app, "SELECT attempts FROM feed_fetches") == [(5,)]
+
+
+def test_an_authors_listing_is_fetched_once_and_then_served_from_the_store_for_a_while(make_app, tmp_path):
+    from feather.feeds import authors, schema
+
+    repo = [("p0", "bafyp0", {"$type": POST, "text": "p0", "createdAt": iso(BASE_US)})]
+    sources = FakeSources(repos={(C, POST): repo})
+    app = served_app(make_app, tmp_path, sources=sources)
+    post_collection = app.extensions["feeds"].collections["post"]
+    with app.app_context(), db.connection_context():
+        schema.ensure(app.extensions["feeds"])
+        first = authors.backfill_listing(app, post_collection, C)
+        second = authors.backfill_listing(app, post_collection, C)
+    assert (first, second) == (True, False)
+    assert [c for c in sources.calls if c[0] == "list"] == [("list", C, POST)]
+    assert rows(app, "SELECT uri FROM feed_records_post") == [(f"at://{C}/{POST}/p0",)]

@@ -141,3 +141,10 @@ def test_a_token_minted_by_the_reference_pds_reads_the_feed(make_app, tmp_path, 
                  params={"aud": SERVICE, "lxm": "com.example.post.listRecords"}).json()["token"]
     assert get_feed(app, other, actor=alice.did).json["error"] == "BadJwtLexiconMethod"
     join_backfills(app)
+
+
+def test_service_auth_refuses_a_service_did_that_is_not_a_did(make_app, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        feeds_app(make_app, tmp_path, toml(), FEED_SERVICE_AUTH=True, FEATHERREADER_FEED_SERVICE_DID="feeds.example.com")
+    assert str(err.value) == ("FEATHERREADER_FEED_SERVICE_DID: FEED_SERVICE_AUTH=1 needs this service's DID "
+                              "(the `aud` of getFeed tokens)")

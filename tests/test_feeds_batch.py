@@ -223,3 +223,29 @@ def test_a_replayed_older_delete_never_moves_a_tombstone_back(app, ordered_only)
     result = apply_log(app, [first, [delete(s, POST, "p1", time_us=BASE_US + 4)], [recreate],
                              [delete(s, POST, "p1", time_us=BASE_US + 2)]], ordered_only=ordered_only)
     assert result["tombstones"] == [(uri, BASE_US + 4)]
+
+
+@pytest.mark.parametrize("ordered_only", [True, False], ids=["per-event", "set-based"])
+def test_a_write_stamped_at_its_uris_delete_time_is_refused(app, ordered_only):
+    """The tombstone refuses every write not newer than the delete: one at the very same instant
+    cannot be told to come after it, so the record stays deleted and off the follower's feed."""
+    _schema(app)
+    s, reader = "did:plc:solo", "did:plc:reader"
+    same = create(s, POST, "p1", {"text": "again", "createdAt": iso(BASE_US + 5)}, time_us=BASE_US + 5)
+    result = apply_log(app, [[follow(reader, "f1", s), post(s, "p1", BASE_US + 1)],
+                             [delete(s, POST, "p1", time_us=BASE_US + 5)], [same]], ordered_only=ordered_only)
+    assert (result["posts"], result["feed_items"], result["tombstones"]) == (
+        [], [], [(f"at://{s}/{POST}/p1", BASE_US + 5)])
+
+
+@pytest.mark.parametrize("ordered_only", [True, False], ids=["per-event", "set-based"])
+def test_a_create_over_a_stored_follow_is_an_edit_and_backfills_nothing(app, ordered_only):
+    """Only a follow's first create backfills its subject's past posts: a create event at a URI
+    already stored (a changed subject) moves the follow and fans out what comes next, no more."""
+    _schema(app)
+    reader, first, second = "did:plc:reader", "did:plc:first", "did:plc:second"
+    old = [post(second, f"old{i}", BASE_US + i) for i in range(2)]
+    moved = create(reader, FOLLOW, "f1", {"subject": second, "createdAt": iso(BASE_US + 20)}, time_us=BASE_US + 20)
+    result = apply_log(app, [old + [follow(reader, "f1", first, at_us=BASE_US + 10)], [moved],
+                             [post(second, "new", BASE_US + 30)]], ordered_only=ordered_only)
+    assert [(a, u.rsplit("/", 1)[1]) for a, u, *_ in result["feed_items"]] == [(reader, "new")]

@@ -126,3 +126,27 @@ def test_a_misspelled_key_or_a_duplicate_is_an_error_naming_it_and_the_file(tmp_
 def test_actors_are_read_as_dids():
     config = parse({"actors": ["did:plc:aaaa", "did:web:example.com", "did:plc:aaaa"]})
     assert config.actors == ("did:plc:aaaa", "did:web:example.com")
+
+
+def test_follow_and_profile_collections_serve_no_method_unless_they_list_some():
+    config = parse({
+        "collections": {"follow": {"collection": "app.bsky.graph.follow"},
+                        "post": {"collection": "app.bsky.feed.post"},
+                        "profile": {"collection": "app.bsky.actor.profile"},
+                        "listed": {"collection": "sh.tangled.actor.profile", "methods": ["getRecord"]}},
+        "feeds": {"timeline": {"targets": ["post"]}},
+        "profiles": ["app.bsky.actor.profile", "sh.tangled.actor.profile"],
+    })
+    assert {short: sorted(config.methods_of(short)) for short in config.collections} == {
+        "follow": [], "post": ["getRecord", "listRecords"], "profile": [], "listed": ["getRecord"]}
+
+
+def test_a_collection_takes_up_to_32_queryable_fields():
+    from feather.feeds.config import MAX_QUERYABLE_FIELDS
+
+    fields = {f"f{i}": {} for i in range(MAX_QUERYABLE_FIELDS)}
+    config = parse({"collections": {"post": {"collection": "app.bsky.feed.post", "queryable": fields}}})
+    assert len(config.collections["post"].queryable) == 32
+    with pytest.raises(FeedsConfigError, match="at most 32 fields"):
+        parse({"collections": {"post": {"collection": "app.bsky.feed.post",
+                                        "queryable": {**fields, "one_more": {}}}}})

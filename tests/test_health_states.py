@@ -138,7 +138,15 @@ def _stream_row(**facts):
      ["stream sync:0: no process is running it"]),
     ({"connected": False, "disconnected_since": 1000.0 - 61, "last_error": "reset"},
      ["stream global has been disconnected for 61 s (last error: reset)", "stream sync:0: no process is running it"]),
-], ids=["one-stream-unowned", "lagging", "disconnected-59s", "disconnected-61s"])
+    ({"lag_secs": 300.0}, ["stream sync:0: no process is running it"]),
+    ({"connected": False, "disconnected_since": 1000.0 - 60, "last_error": "reset"},
+     ["stream sync:0: no process is running it"]),
+    ({"lag_secs": 5400.0}, ["stream global is 90 min behind the live stream (more than 300 s)",
+                            "stream sync:0: no process is running it"]),
+    ({"lag_secs": 7200.0}, ["stream global is 2 h behind the live stream (more than 300 s)",
+                            "stream sync:0: no process is running it"]),
+], ids=["one-stream-unowned", "lagging", "disconnected-59s", "disconnected-61s", "lag-at-the-bound", "disconnected-60s", "lag-90min",
+        "lag-2h"])
 def test_verdict_names_lag_over_the_bound_and_disconnects_over_a_minute(facts, reasons):
     verdict = judge({}, _stream_row(**facts), _Settings(), now=1000.0)
     assert verdict.reasons == reasons
@@ -245,3 +253,43 @@ def test_admin_timeline_counts_stop_at_the_cap_and_seek_actor_to_actor(make_app,
     with app.app_context(), db.connection_context():
         lines = plan(sections.ACTORS_SQL, (2,))
     assert unbounded_scans(lines, ["feed_items", "f"]) == [], lines
+
+
+def test_published_rows_are_live_for_30_s_freshest_first_and_forgotten_after_a_day(make_app):
+    """feather/status.py: a heartbeat STALE_SECS old still counts; of two processes publishing the
+    same piece the freshest comes first; a row a day old is deleted by the next publish."""
+    from feather import status
+
+    app = make_app()
+    with app.app_context(), db.connection_context():
+        q = current_dialect().q
+        board = status.Board()
+        board.piece("job", "tidy")
+        board.publish()
+        ((beat,),) = db.execute_sql(q("SELECT heartbeat_at FROM worker_status WHERE owner = ?"),
+                                    (board.owner,)).fetchall()
+        for owner, at in (("older:1", beat - 5), ("gone:2", beat - status.FORGET_SECS - 60)):
+            db.execute_sql(q("INSERT INTO worker_status (kind, name, owner, heartbeat_at, body) VALUES (?, ?, ?, ?, ?)"),
+                           ("job", "tidy", owner, at, "{}"))
+        assert [r["owner"] for r in status.read(now=beat + status.STALE_SECS)["job"]["tidy"]] == [board.owner]
+        assert [r["owner"] for r in status.read(now=beat)["job"]["tidy"]] == [board.owner, "older:1"]
+        assert status.read(now=beat + status.STALE_SECS + 1) == {}
+        board.publish()
+        owners = sorted(r[0] for r in db.execute_sql("SELECT owner FROM worker_status").fetchall())
+        assert owners == sorted([board.owner, "older:1"])
+
+
+def test_operator_status_gathers_the_figures_of_every_feature_extras_included(make_app, monkeypatch):
+    import sys
+    import types
+
+    from feather import features
+
+    extra = types.ModuleType("tests_status_feature")  # FEATHERREADER_EXTRA_FEATURES names any importable module
+    extra.operator_status = lambda settings: {"widgets": 3}
+    monkeypatch.setitem(sys.modules, "tests_status_feature", extra)
+    app = make_app(FEATHERREADER_EXTRA_FEATURES="tests_status_feature")
+    with app.app_context(), db.connection_context():
+        found = features.operator_status(app.config["FEATHER"])
+    assert list(found) == ["feather.network", "tests_status_feature"]
+    assert found["tests_status_feature"] == {"widgets": 3}

@@ -85,3 +85,12 @@ def test_feed_items_page_key_migration_keeps_every_row_and_refuses_a_duplicate(m
                                  " ON CONFLICT DO NOTHING"), rows[5]).rowcount
     assert [tuple(r) for r in kept] == sorted(rows, key=lambda r: (r[0], -r[3], r[1]))
     assert again == 0
+
+
+@pytest.mark.once
+def test_two_migration_files_with_one_number_stop_discovery_naming_both(tmp_path):
+    for name in ("0001_first.py", "0002_second.py", "0002_other.py", "notes.py"):
+        (tmp_path / name).write_text("def up(m):\n    pass\n")
+    with pytest.raises(RuntimeError) as err:
+        discover(tmp_path)
+    assert str(err.value) == "two migrations share number 0002: other, second"

@@ -224,3 +224,48 @@ def test_a_server_that_cannot_be_reached_does_not_keep_the_rows(world, monkeypat
     r = client.post("/privacy/delete", data={"confirm": "1", "csrf_token": csrf(client)})
     assert r.status_code == 303
     assert count_rows(app, ALICE)["auth_grant"] == 0
+
+
+def test_the_export_lists_the_timeline_newest_first_with_its_backfills_and_the_waiting_follows(world):
+    from feather.db import current_dialect, db
+
+    app, client, _ = world
+    sign_in(app, client)
+    seed_everything(app)
+
+    def more():
+        q = current_dialect().q
+        db.execute_sql(q("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"),
+                       (ALICE, f"at://{BOB}/app.bsky.feed.post/3kaaaaaaaaa33", "app.bsky.feed.post",
+                        (T + 60) * 1_000_000))
+        db.execute_sql(q("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, 'timeline', 1)"), (ALICE,))
+    in_db(app, more)
+    body = json.loads(client.get("/privacy/export").data)
+    assert [e["uri"].rsplit("/", 1)[1] for e in body["timelines"]["timeline"]] == ["3kaaaaaaaaa33", "3kaaaaaaaaa22"]
+    assert body["timelines"]["backfills"] == [{"feed": "timeline", "completed": True}]
+    assert body["sync"]["waiting"] == [{"app": "tangled", "subject": CAROL, "since": T, "next_check_at": T + 3600}]
+
+
+def test_delete_also_removes_the_backfill_bookkeeping_the_sync_lanes_and_the_persons_cached_name(world, monkeypatch):
+    from feather.auth.service import AuthService
+    from feather.db import current_dialect, db
+
+    app, client, _ = world
+    sign_in(app, client)
+    seed_everything(app)
+    kept = {"feed_backfills": "actor", "sync_lanes": "owner_did", "sync_people": "did"}
+
+    def more():
+        q = current_dialect().q
+        db.execute_sql(q("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, 'timeline', 1)"), (ALICE,))
+        db.execute_sql(q("INSERT INTO sync_lanes (owner_did, app) VALUES (?, 'tangled')"), (ALICE,))
+        db.execute_sql(q("INSERT INTO sync_people (did, handle, wanted_at) VALUES (?, 'alice.test', ?)"), (ALICE, T))
+
+    def counts():
+        return {t: db.execute_sql(current_dialect().q(f"SELECT count(*) FROM {t} WHERE {c} = ?"),
+                                  (ALICE,)).fetchone()[0] for t, c in kept.items()}
+    in_db(app, more)
+    assert in_db(app, counts) == {"feed_backfills": 1, "sync_lanes": 1, "sync_people": 1}
+    monkeypatch.setattr(AuthService, "revoke_everywhere", lambda self, did: None)
+    client.post("/privacy/delete", data={"confirm": "1", "csrf_token": csrf(client)})
+    assert in_db(app, counts) == {"feed_backfills": 0, "sync_lanes": 0, "sync_people": 0}

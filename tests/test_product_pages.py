@@ -212,3 +212,46 @@ def test_an_expired_attribution_form_changes_nothing(make_app):
     assert "This form had expired, so nothing was sent. Check it and send it again." in r.get_data(as_text=True)
     with app.app_context(), db.connection_context():
         assert store.is_attributed(ALICE) is False
+
+
+def test_home_shows_the_five_newest_timeline_entries_each_cut_at_280_characters(world):
+    from feather.db import current_dialect, db
+    from feather.feeds import config_for
+    from feather.feeds.records import store
+    from feather.feeds.schema import ensure
+
+    app, client, _ = world
+    sign_in(app, client)
+    config = config_for(app.config["FEATHER"])
+    with app.app_context(), db.connection_context():
+        ensure(config)
+        for i in range(7):
+            uri = f"at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaa{i}2"
+            store(config.collections["post"], uri=uri, did="did:plc:bob", rkey=f"3kaaaaaaaaa{i}2", cid="bafy",
+                  record={"text": f"post {i} " + "x" * 300}, time_us=1_767_225_600_000_000 + i * 60_000_000)
+            db.execute_sql(current_dialect().q(
+                "INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"),
+                (ALICE, uri, "app.bsky.feed.post", 1_767_225_600_000_000 + i * 60_000_000))
+    html = client.get("/").get_data(as_text=True)
+    shown = re.findall(r"<p>(post \d x*)</p>", html)
+    assert [s[:6] for s in shown] == ["post 6", "post 5", "post 4", "post 3", "post 2"]
+    assert {len(s) for s in shown} == {280}
+
+
+def test_the_home_sync_panel_needs_two_offered_apps(make_app):
+    headings = {}
+    for allow in ("app.bsky.*", "app.bsky.*,sh.tangled.*"):
+        app = make_app(NSID_ALLOWLIST=allow)
+        client = app.test_client()
+        sign_in(app, client)
+        headings[allow] = re.findall(r"<h2 id=\"home-[a-z]+\">([^<]+)</h2>", client.get("/").get_data(as_text=True))
+    assert headings == {"app.bsky.*": ["Your timeline", "The network catalogue"],
+                        "app.bsky.*,sh.tangled.*": ["Your timeline", "Graph sync", "The network catalogue"]}
+
+
+def test_a_405_names_the_methods_the_address_accepts_in_the_allow_header(client):
+    page = client.put("/about")
+    api = client.put("/api/session")
+    assert (page.status_code, api.status_code) == (405, 405)
+    assert sorted(page.headers["Allow"].split(", ")) == ["GET", "HEAD", "OPTIONS"]
+    assert sorted(api.headers["Allow"].split(", ")) == ["DELETE", "GET", "HEAD", "OPTIONS", "POST"]

@@ -68,6 +68,15 @@ def test_a_profile_collection_requiring_dids_is_not_watched_live():
     assert registry.recheck_days(registry.BY_KEY["tangled"], s) == 7
 
 
+def test_semble_borrowing_the_bluesky_profile_is_never_watched_live_even_when_bluesky_is():
+    s = settings(NSID_REQUIRES_DIDS="")
+    assert registry.live_profile_collections(s) == ["app.bsky.actor.profile", "id.sifa.profile.self",
+                                                    "sh.tangled.actor.profile", "social.grain.actor.profile"]
+    bluesky, semble = registry.BY_KEY["bluesky"], registry.BY_KEY["semble"]
+    assert (registry.watched_live(bluesky, s), registry.watched_live(semble, s)) == (True, False)
+    assert (registry.recheck_days(bluesky, s), registry.recheck_days(semble, s)) == (7, 2)
+
+
 def test_normalize_keys_keeps_registry_order_and_names_a_bad_key():
     s = settings(NSID_BLOCKLIST="id.sifa.*")
     assert registry.normalize_keys(["semble", "bluesky", "semble"], s) == ["bluesky", "semble"]

@@ -185,3 +185,15 @@ def test_a_gap_beyond_the_lookback_makes_every_sweep_due(env):
     assert _q("SELECT next_sweep_at FROM sync_sets") == [(T0 + 86400,)]
     _on_gap("sync:0")(123)
     assert _q("SELECT next_sweep_at FROM sync_sets") == [(0,)]
+
+
+def test_resuming_a_paused_set_needs_the_write_permissions_and_pausing_it_does_not(env):
+    from feather.sync import service
+
+    env.enable(ALICE, ["bluesky", "tangled"])
+    scopes = ["repo:app.bsky.graph.follow?action=create&action=delete",
+              "repo:sh.tangled.graph.follow?action=create&action=delete"]
+    assert service.check_change(ALICE, env.settings, paused=True) == []
+    service.configure(ALICE, env.settings, env.clock(), paused=True)
+    assert service.check_change(ALICE, env.settings, paused=False) == scopes
+    assert service.check_change(ALICE, env.settings, paused=True) == []

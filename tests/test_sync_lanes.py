@@ -477,3 +477,52 @@ def test_the_runner_of_a_restarted_process_writes_the_lanes_a_killed_one_held_at
     assert r.tick() == 3
     assert sorted(tracker.deleted) == ["r00x0", "r01x0", "r02x0"]
     assert pending() == 0 and leases() == []
+
+
+def test_a_holder_name_for_a_pid_that_runs_nothing_carries_no_mark_and_is_never_called_gone():
+    import subprocess
+
+    from feather.liveness import gone, holder_name
+
+    proc = subprocess.Popen(["sleep", "30"])
+    proc.kill()
+    proc.wait()
+    name = holder_name(proc.pid)  # no start time to record: nothing could later prove it gone
+    assert "@" not in name and name.split(":")[1] == str(proc.pid)
+    assert gone(name) is False
+
+
+def test_start_time_counts_fields_from_the_last_parenthesis_of_the_command_name(tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    from feather.liveness import start_time
+
+    odd = tmp_path / "a) b"  # the command name (field 2) holds ") ": fields shift if cut at the first ")"
+    shutil.copy(shutil.which("sleep"), odd)
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        with open(f"/proc/{child.pid}/stat") as f:
+            assert "(a) b)" in f.read()
+        assert int(start_time(child.pid)) >= int(start_time(os.getpid())) > 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_without_a_boot_id_holder_names_carry_no_mark(tmp_path, monkeypatch):
+    """A /proc without sys/kernel/random/boot_id (some sandboxes): pids cannot be tied to a boot."""
+    import os
+
+    from feather import liveness
+
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    os.symlink("pid:[4026531836]", tmp_path / "self" / "ns" / "pid")
+    (tmp_path / str(os.getpid())).mkdir()
+    (tmp_path / str(os.getpid()) / "stat").write_text(
+        f"{os.getpid()} (python) S" + " 0" * 18 + " 12345 0 0")
+    monkeypatch.setattr(liveness, "_PROC", tmp_path)
+    assert liveness.start_time(os.getpid()) == "12345"
+    name = liveness.holder_name()
+    assert "@" not in name and liveness.gone(name) is False

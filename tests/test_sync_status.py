@@ -72,6 +72,8 @@ def enable_with_one_follow_to_write(env: Env) -> None:
     (T0 + 60, "08:01 UTC (in 1 minute)"),
     (T0 - 7200, "06:00 UTC (2 hours ago)"),
     (T0 + 20 * 3600, "16 Jan, 04:00 UTC (in 20 hours)"),
+    (T0 + 30 * 3600, "16 Jan, 14:00 UTC (in 30 hours)"),
+    (T0 + 36 * 3600, "16 Jan, 20:00 UTC (in 2 days)"),
     (T0 + 3 * 86400, "18 Jan, 08:00 UTC (in 3 days)"),
     (T0 - 30 * 86400, "16 Dec 2026, 08:00 UTC (30 days ago)"),
     (T0, "08:00 UTC (just now)"),

@@ -75,3 +75,16 @@ def test_an_empty_page_ends_the_listing_even_when_a_cursor_comes_back():
     writer = writer_for(Lister({None: ([record], "page2"), "page2": ([], "page2")}))  # echoes its cursor forever
     assert writer.list_follows("did:plc:alice", FOLLOW, None) == ([("3kaaaaaaaaaa2", "did:plc:bob")], "page2")
     assert writer.list_follows("did:plc:alice", FOLLOW, "page2") == ([], None)
+
+
+def test_the_in_memory_pds_answers_a_create_at_an_existing_rkey_with_a_500_and_keeps_the_record():
+    from feather.sync.memory import MemoryPds
+    from feather.sync.writer import ServerError as WriterServerError
+
+    pds = MemoryPds()
+    pds.create_follow("did:plc:alice", FOLLOW, "3kfollow00001", "did:plc:bob", "2026-01-01T00:00:00.000Z")
+    with pytest.raises(WriterServerError) as err:
+        pds.create_follow("did:plc:alice", FOLLOW, "3kfollow00001", "did:plc:carol", "2026-01-01T00:00:00.000Z")
+    assert err.value.status == 500
+    assert pds.records("did:plc:alice", FOLLOW) == {"3kfollow00001": "did:plc:bob"}
+    assert [w[4] for w in pds.writes] == ["did:plc:bob"]
