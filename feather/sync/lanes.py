@@ -75,17 +75,14 @@ def lease_lanes(holder: str, now: int, max_lanes: int = MAX_LANES) -> list[tuple
     return [(r[0], r[1]) for r in found]
 
 
-def free_dead_holders(now: int) -> int:
-    """Clear the live leases of holders that are provably gone; how many were cleared."""
+def free_dead_holders(now: int) -> None:
+    """Clear the live leases of holders that are provably gone (each one logged)."""
     holders = rows("SELECT DISTINCT leased_by FROM sync_lanes WHERE leased_by IS NOT NULL AND lease_until >= ?"
                    " ORDER BY leased_by", now)
-    freed = 0
     for (holder,) in holders:
         if liveness.gone(holder):
             n = execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE leased_by = ?", holder).rowcount
             log.warning("sync: freed %d lane lease(s) of %s at once: that process is gone", n, holder)
-            freed += n
-    return freed
 
 
 def renew_lease(holder: str, owner: str, app: str, now: int) -> bool:
