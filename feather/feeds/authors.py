@@ -20,7 +20,7 @@ import gevent
 from gevent.pool import Pool
 
 from feather.db import current_dialect, db
-from feather.feeds import fanout, records
+from feather.feeds import fanout, records, serial
 from feather.feeds.config import Collection, FeedsConfig
 from feather.feeds.schema import subject_expr
 from feather.feeds.sources import SourceError, sources_for
@@ -142,6 +142,7 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
                                   " WHERE did = ? AND collection = ?"),
                                (n, now_us + RETRY_BASE_US * 2 ** n, now_us if give_up else None, did, ALL_COLLECTIONS))
                 continue
+            serial.lock_writes()
             for c, items in got:
                 _store(c, did, items, now_us)
             if fan_in(config, did):
@@ -173,6 +174,7 @@ def backfill_listing(app, c: Collection, did: str, admit=None) -> bool:
         log.info("feeds: listRecords backfill of %s %s failed: %s", did, c.nsid, exc)
         return False  # serve what is stored; the next read tries again
     with db.atomic():
+        serial.lock_writes()
         _store(c, did, items, now)
         db.execute_sql(_q("INSERT INTO feed_fetches (did, collection, requested_us, fetched_us) VALUES (?, ?, ?, ?)"
                           " ON CONFLICT (did, collection) DO UPDATE SET fetched_us = excluded.fetched_us"),

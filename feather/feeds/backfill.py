@@ -18,7 +18,7 @@ from typing import Callable
 import gevent
 
 from feather.db import current_dialect, db
-from feather.feeds import prune, records
+from feather.feeds import prune, records, serial
 from feather.feeds.config import Feed, FeedsConfig
 from feather.feeds.schema import subject_expr
 from feather.feeds.sources import SourceError, sources_for
@@ -128,6 +128,7 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
         error = str(exc) or type(exc).__name__
     inserted += _store(follow, actor, chunk)
     with db.atomic():
+        serial.lock_writes()
         bootstrap(config, feed, actor)
         if app.config["FEATHER"].feed_serve != "all":
             admit_followees(config, feed, actor)
@@ -152,6 +153,7 @@ def _store(follow, actor: str, items: list) -> int:
     now = records.now_us()
     count = 0
     with db.atomic():
+        serial.lock_writes()
         for rkey, cid, record in items:
             if not isinstance(record, dict) or not isinstance(rkey, str):
                 continue

@@ -19,7 +19,7 @@ import logging
 from gevent.pool import Pool
 
 from feather.db import current_dialect, db
-from feather.feeds import records
+from feather.feeds import records, serial
 from feather.feeds.config import FeedsConfig
 from feather.feeds.sources import SourceError, sources_for
 
@@ -76,6 +76,7 @@ def hydrate(app, config: FeedsConfig, dids: list[str], now: int | None = None) -
     results = _lookup(app, profile_colls, work) if work else {}
     if results:
         with db.atomic():
+            serial.lock_writes()
             _save(profile_colls, results, known, now)
     handles = {did: known.get(did, (None,))[0] for did in dids}
     handles.update({did: value for (kind, did), value in results.items() if kind == "handle" and value is not FAILED})

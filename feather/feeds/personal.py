@@ -11,6 +11,7 @@ import json
 import time
 
 from feather.db import current_dialect, db
+from feather.feeds import serial
 
 HOME_ENTRIES = 5
 
@@ -46,6 +47,7 @@ def export(did: str) -> dict:
 def delete(did: str) -> None:
     from feather.feeds.admission import bump
 
+    serial.lock_writes()
     _sql("DELETE FROM feed_items WHERE actor = ?", (did,))
     _sql("DELETE FROM feed_backfills WHERE actor = ?", (did,))
     # What this instance remembers of generator records the person published (the records

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from feather.db import current_dialect, db
+from feather.feeds import serial
 from feather.feeds.config import FeedsConfig
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def sweep(caps: dict[str, int], cursor: str | None, budget: int, served: set[str
     pruned = 0
     for start in range(0, len(actors), SWEEP_BATCH_ACTORS):
         with db.atomic():
+            serial.lock_writes()
             for actor in actors[start:start + SWEEP_BATCH_ACTORS]:
                 if served is not None and actor not in served:
                     pruned += drop_unserved_feed(actor)

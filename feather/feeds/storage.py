@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from feather.db import current_dialect, db
-from feather.feeds import admission
+from feather.feeds import admission, serial
 from feather.feeds.config import Collection, FeedsConfig
 from feather.feeds.schema import subject_expr
 
@@ -117,6 +117,7 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
         authors = [row[0] for row in db.execute_sql(_q(sql), params).fetchall()]
         for start in range(0, len(authors), BATCH_AUTHORS):
             with db.atomic():
+                serial.lock_writes()
                 for did in authors[start:start + BATCH_AUTHORS]:
                     removed += sweep_author(config, c, did, served)
         visited += len(authors)
