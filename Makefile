@@ -44,9 +44,15 @@ demo: install
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# Node 22 from the npm registry (pinned by bench/contrail/package-lock.json): node:sqlite for the
+# Contrail-shaped side of bench/fanout.py and bench/getfeed.py. A failure is not fatal ("-"): the
+# benches then print why the Contrail comparison is skipped and still measure Feather.
+bench/contrail/node_modules/.installed: bench/contrail/package.json bench/contrail/package-lock.json
+	-npm ci --prefix bench/contrail --no-audit --no-fund --loglevel=error && touch $@
+
 # Every benchmark at full size (ratios against bare baselines measured in the same run), one table.
-bench: install
+bench: install bench/contrail/node_modules/.installed
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) node_modules static/vendor
+	rm -rf $(VENV) node_modules static/vendor bench/contrail/node_modules
