@@ -10,6 +10,15 @@ Under load: as a ratio to a trivial endpoint (GET /health: one page read, a smal
 Builds a SQLite database of actors × per-actor feed rows (default 5000 × 200 = 1M, the cap)
 over 50 000 posts, starts `gunicorn -k gevent -w 1 app:app` on loopback, then drives both
 endpoints from greenlets with keep-alive connections, alternating phases, and prints p50/p99.
+
+In-process, beside Feather: Contrail's schema and statements (bench/contrail/shape.mjs on Node 22's
+node:sqlite, WAL and synchronous=NORMAL like Feather) over a file holding the same posts and the
+same (actor, uri) feed rows, for the same 50 actors and rounds: the listRecords page query joined
+to feed_items, then the response shaped (each record JSON.parse'd, the cursor encoded), timed
+inside node. Rounds alternate Feather, then Contrail; each Contrail page must be Feather's page
+for that actor (here a feed row's time is its post's, so both orders agree), and any that is not
+is reported. Without Node 22 (bench/contrail installs it from npm) that comparison is skipped
+with one line saying why.
 """
 from __future__ import annotations
 
@@ -72,8 +81,30 @@ def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
     return path
 
 
-def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.Random) -> tuple[list, list]:
-    """(getFeed latencies, bare page-query latencies) in seconds, interleaved actor by actor."""
+def contrail_setup(workdir: Path, path: Path):
+    """A running Contrail-shaped reader over Feather's posts and feed rows, or None, having said why not."""
+    from bench import contrail
+    from bench.contrail import build as contrail_build
+
+    try:
+        node = contrail.node()
+    except contrail.Unavailable as exc:
+        print(f"Contrail comparison skipped: {exc}")
+        return None
+    raw = sqlite3.connect(path)
+    contrail_build.getfeed_db(
+        node, workdir / "contrail.db",
+        raw.execute("SELECT uri, did, rkey, cid, record, time_us FROM feed_records_post"),
+        raw.execute("SELECT actor, uri, collection, time_us FROM feed_items"))
+    raw.close()
+    return contrail.Rounds(node, workdir / "contrail.db", POST)
+
+
+def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.Random,
+               shape=None) -> tuple[list, list, list, int]:
+    """(getFeed latencies, bare page-query latencies, Contrail-shaped latencies) in seconds, Feather
+    and bare interleaved actor by actor, Contrail's round after Feather's; and how many Contrail
+    pages differed from Feather's."""
     from feather import create_app
     from feather.db import db
     from feather.feeds import hybrid, query
@@ -83,7 +114,7 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
                       "FEED_SERVE": "all"})
     picks = [f"did:plc:reader{rng.randrange(actors):07d}" for _ in range(50)]
     raw = sqlite3.connect(path)
-    feed_lat, bare_lat = [], []
+    feed_lat, bare_lat, contrail_lat, mismatches = [], [], [], 0
     with app.app_context(), db.connection_context():
         config = app.extensions["feeds"]
         feed = config.feeds["timeline"]
@@ -93,6 +124,7 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
                     f" JOIN {c.table} r ON r.uri = f.uri WHERE f.actor = ? AND f.collection = ?"
                     f" ORDER BY f.time_us DESC, f.uri ASC LIMIT 50")
         for round_ in range(rounds + 1):  # the first round warms both caches and is not counted
+            feather_pages = []
             for actor in picks:
                 started = time.perf_counter()
                 page = query.run(config, c, {"limit": "50"}, hybrid.feed_source(config, feed, target, actor))
@@ -104,11 +136,17 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
                 bare = time.perf_counter() - started
                 if [r[0] for r in rows] != [r["uri"] for r in page["records"]]:
                     raise SystemExit(f"{actor}: the bare query read another page")
+                feather_pages.append([r["uri"] for r in page["records"]])
                 if round_:
                     feed_lat.append(took)
                     bare_lat.append(bare)
+            if shape:
+                out = shape.round(picks)
+                mismatches += sum(theirs != ours for theirs, ours in zip(out["pages"], feather_pages))
+                if round_:
+                    contrail_lat += out["seconds"]
     raw.close()
-    return feed_lat, bare_lat
+    return feed_lat, bare_lat, contrail_lat, mismatches
 
 
 def free_port() -> int:
@@ -183,7 +221,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         path = build(workdir, args.actors, args.per_actor, args.posts)
-        inproc, bare = in_process(path, workdir, args.actors, args.rounds, rng)
+        shape = contrail_setup(workdir, path)
+        try:
+            inproc, bare, theirs, mismatches = in_process(path, workdir, args.actors, args.rounds, rng, shape)
+        finally:
+            if shape:
+                shape.close()
         port = free_port()
         server = start_server(path, workdir, port)
         try:
@@ -204,6 +247,17 @@ def main() -> None:
           f" ({len(inproc)} reads each)")
     figure("getFeed in-process median, limit 50", pct(inproc, .5), pct(bare, .5), "ms")
     figure("getFeed in-process p99, limit 50", pct(inproc, .99), pct(bare, .99), "ms")
+    if shape:
+        print(f"Contrail's statements on node:sqlite, same actors: median {pct(theirs, .5):.2f} ms"
+              f"  p99 {pct(theirs, .99):.2f} ms; ratio feather / Contrail's statements:"
+              f" {pct(inproc, .5) / pct(theirs, .5):.2f}x median (goal <= 1.0x),"
+              f" {pct(inproc, .99) / pct(theirs, .99):.2f}x p99 ({len(theirs)} reads each)")
+        compared = (args.rounds + 1) * 50
+        print(f"Contrail-shaped pages equal to Feather's: {compared - mismatches} of {compared}"
+              + ("" if not mismatches else f"  ({mismatches} DIFFER: the figures compare different pages)"))
+        against = "Feather against Contrail's statements (node:sqlite)"
+        figure(f"getFeed in-process median, limit 50, {against}", pct(inproc, .5), pct(theirs, .5), "ms", "<= 1.0")
+        figure(f"getFeed in-process p99, limit 50, {against}", pct(inproc, .99), pct(theirs, .99), "ms")
     print(f"trivial GET /health: p50 {pct(health_lat, .5):.1f} ms  p99 {pct(health_lat, .99):.1f} ms")
     print(f"getFeed limit=50:    p50 {pct(feed_lat, .5):.1f} ms  p99 {pct(feed_lat, .99):.1f} ms")
     print(f"ratio getFeed / trivial: p50 {pct(feed_lat, .5) / pct(health_lat, .5):.2f}x  "

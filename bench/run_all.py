@@ -41,7 +41,8 @@ def main() -> int:
         took = time.time() - started
         figures += collect(proc.stdout)
         lines = [line.strip() for line in proc.stdout.splitlines() if not line.startswith(PREFIX)
-                 and any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s"))]
+                 and any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s",
+                                                   "skipped", "DIFFER"))]
         if proc.returncode != 0:
             failed += 1
             lines.append(f"FAILED (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
