@@ -64,14 +64,20 @@ _running: dict[str, object] = {}  # path -> the gevent AsyncResult of its checkp
 _clock = time.monotonic
 
 
-def _checkpoint(path: str) -> tuple[int, int]:
-    """(frames in the WAL, frames copied back) as PRAGMA wal_checkpoint reports them."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+def _checkpoint(path: str) -> tuple[int, int] | sqlite3.Error:
+    """(frames in the WAL, frames copied back) as PRAGMA wal_checkpoint reports them, or the error
+    when the file was locked (another process closing its last connection checkpoints under an
+    exclusive lock). Returned, not raised: out of a pool thread gevent prints a traceback on stderr
+    for a checkpoint the next batch simply tries again."""
     try:
-        _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return frames, copied
-    finally:
-        conn.close()
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+        try:
+            _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return frames, copied
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return exc
 
 
 def checkpoint_soon() -> None:
@@ -118,8 +124,9 @@ def _frames(result) -> int:
     """The WAL length the finished checkpoint reported (0 when none ran or it failed)."""
     if result is None or not result.ready():
         return 0
-    if not result.successful():
-        log.debug("sqlite: checkpoint skipped: %s", result.exception)
+    failure = result.exception if not result.successful() else result.value
+    if isinstance(failure, BaseException):
+        log.debug("sqlite: checkpoint skipped: %s", failure)
         return 0
     return result.value[0]
 

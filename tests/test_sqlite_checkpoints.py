@@ -148,3 +148,36 @@ def test_past_the_bound_the_writer_waits_for_a_checkpoint(app, monkeypatch, cloc
         assert dbmod._running == {}  # nothing in flight when the batch returns: it was waited for
         store.apply_batch(sub, [_event(5)], None)  # the WAL started over: no reason to wait again
         assert len(calls) == 3
+
+
+def test_a_checkpoint_on_a_locked_file_is_skipped_quietly_and_the_next_one_runs(app, clock, capfd, caplog):
+    """Another process closing its last connection checkpoints under an exclusive lock; ours then
+    finds the file locked. It is tried again a second later, with no traceback on stderr (raised
+    out of the pool thread, gevent printed one)."""
+    import logging
+    import sqlite3
+
+    import gevent
+
+    path = db.obj.database
+    sub = _write("locked-test")
+    with app.app_context(), db.connection_context():
+        store.apply_batch(sub, [_event(1)], None)
+        _finish()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA locking_mode=EXCLUSIVE")
+    other.execute("BEGIN EXCLUSIVE")
+    other.execute("UPDATE jetstream_cursor SET updated_at = 1 WHERE name = 'locked-test'")
+    other.execute("COMMIT")  # locking_mode=EXCLUSIVE keeps the file locked after the commit
+    failure = dbmod._checkpoint(path)
+    assert isinstance(failure, sqlite3.OperationalError) and "locked" in str(failure)
+    capfd.readouterr()
+    with caplog.at_level(logging.DEBUG, logger="feather.db"):
+        result = gevent.get_hub().threadpool.spawn(dbmod._checkpoint, path)  # as checkpoint_soon runs it
+        result.wait(30)
+        assert dbmod._frames(result) == 0
+    assert "checkpoint skipped: database is locked" in caplog.text
+    assert capfd.readouterr().err == ""
+    other.close()  # the lock goes with the connection
+    frames, copied = dbmod._checkpoint(path)
+    assert frames == copied
