@@ -18,6 +18,7 @@ from bench.report import PREFIX, collect, table
 
 BENCHES = [
     ("ingest", [sys.executable, "bench/ingest.py", "--events", "100000"]),
+    ("service", [sys.executable, "bench/service.py", "--events", "100000"]),
     ("admission", [sys.executable, "bench/admission.py", "--events", "1000000"]),
     ("fanout", [sys.executable, "bench/fanout.py"]),
     ("getfeed", [sys.executable, "bench/getfeed.py"]),
@@ -28,7 +29,9 @@ BENCHES = [
 if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # on scratch databases beside it
     BENCHES.insert(1, ("ingest-pg", [sys.executable, "bench/ingest.py", "--events", "100000",
                                      "--postgres", os.environ["DATABASE_URL"]]))
-    BENCHES.insert(6, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
+    BENCHES.insert(3, ("service-pg", [sys.executable, "bench/service.py", "--events", "100000",
+                                      "--postgres", os.environ["DATABASE_URL"]]))
+    BENCHES.insert(8, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
                                    "--web-procs", "2", "--worker-procs", "2"]))
 
 
@@ -42,7 +45,7 @@ def main() -> int:
         figures += collect(proc.stdout)
         lines = [line.strip() for line in proc.stdout.splitlines() if not line.startswith(PREFIX)
                  and any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s",
-                                                   "skipped", "DIFFER"))]
+                                                   "skipped", "DIFFER", "ERROR"))]
         if proc.returncode != 0:
             failed += 1
             lines.append(f"FAILED (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
