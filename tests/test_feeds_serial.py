@@ -212,3 +212,49 @@ def test_a_records_sweep_slice_waits_for_the_lock(app, database_url):
     result = held_while(app, database_url, lambda: storage.sweep_slice(app.extensions["feeds"], 10), unchanged)
     assert result.removed == 1
     assert count(app, "SELECT count(*) FROM feed_records_post") == 0
+
+
+def _forget_schema_check():
+    from feather.feeds import schema
+
+    if hasattr(db.obj, schema._MARK):
+        delattr(db.obj, schema._MARK)
+
+
+def test_a_schema_check_with_every_table_in_place_takes_no_table_lock(app, database_url):
+    """A web process's first check ran CREATE INDEX IF NOT EXISTS, which takes the table's SHARE
+    lock even when the index exists: against a batch writing that table, a deadlock."""
+    import psycopg2
+
+    from feather.feeds import schema
+
+    writer = psycopg2.connect(database_url)  # an open batch that has written a post
+    try:
+        with writer.cursor() as cur:
+            cur.execute("INSERT INTO feed_records_post (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
+                        " VALUES ('at://did:plc:aaaa/app.bsky.feed.post/p1', 'did:plc:aaaa', 'p1', 'bafy', '{}', 1, 1, 1)")
+        with app.app_context(), db.connection_context():
+            _forget_schema_check()
+            with gevent.Timeout(5, AssertionError("the check waited on the open batch's table")):
+                schema.ensure(app.extensions["feeds"])
+            assert getattr(db.obj, schema._MARK) is not None  # remembered: the next call reads nothing
+    finally:
+        writer.rollback()
+        writer.close()
+
+
+def test_a_schema_repair_waits_for_the_lock_before_its_ddl(app, database_url):
+    from feather.feeds import schema
+
+    index = "feed_records_post_did_time"
+    with app.app_context(), db.connection_context():
+        db.execute_sql(f"DROP INDEX {index}")
+        _forget_schema_check()
+
+    def exists() -> bool:
+        return count(app, "SELECT count(*) FROM pg_indexes WHERE indexname = ?", (index,)) == 1
+
+    def unchanged():
+        assert not exists()
+    held_while(app, database_url, lambda: schema.ensure(app.extensions["feeds"]), unchanged)
+    assert exists()

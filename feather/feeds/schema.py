@@ -8,6 +8,7 @@ processes from racing on the catalog. Renaming a short name starts an empty tabl
 from __future__ import annotations
 
 from feather.db import current_dialect, db
+from feather.feeds import serial
 from feather.feeds.config import Collection, FeedsConfig
 
 _PG_DDL_LOCK_KEY = 0x6665617468657210
@@ -69,17 +70,23 @@ def ensure(config: FeedsConfig) -> None:
         return
     d = current_dialect()
     # Inside a caller's transaction (the ingest batch) a later rollback could undo the DDL, so
-    # only a standalone run may remember that the tables exist; nested runs just repeat the
-    # idempotent statements until a standalone one (a request, the prune job) marks them.
+    # only a standalone run may remember that the tables exist; nested runs look again each time
+    # until a standalone one (a request, the prune job) marks them.
     standalone = not db.in_transaction()
     objects = _objects(config)
-    if not standalone and _in_place(objects):
-        # The ingest batch calls this every time (nothing standalone may have run yet): one
-        # catalog read instead of a dozen DDL statements, and on PostgreSQL no advisory lock and
-        # no CREATE INDEX IF NOT EXISTS, which locks the table against other writers until the
-        # batch commits. Not remembered: what this transaction sees may yet be rolled back.
+    if _in_place(objects):
+        # One catalog read instead of a dozen DDL statements. On PostgreSQL even a CREATE INDEX
+        # IF NOT EXISTS of an index that exists takes its table's SHARE lock, held to commit: run
+        # by a web process starting up while the ingest batch wrote, it deadlocked the batch
+        # (which was replayed). The ingest batch calls this every time; what a transaction sees
+        # may yet be rolled back, so only a standalone call remembers it.
+        if standalone:
+            setattr(database, _MARK, signature)
         return
     with db.atomic():
+        # Creating takes table locks: queue with every writer of these tables first, in the order
+        # the ingest batch takes the two locks, so the DDL never waits on a batch holding a row.
+        serial.lock_writes()
         if not d.is_sqlite:
             db.execute_sql(d.q("SELECT pg_advisory_xact_lock(?)"), (_PG_DDL_LOCK_KEY,))
         for sql, _, _ in objects:
