@@ -62,7 +62,7 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
     first_us = int(time.time() * 1_000_000) - 3_600_000_000
     frames = make_log(events, first_us)
     last_us = frames[-1]["time_us"]
-    with tempfile.TemporaryDirectory() as tmp, _scratch_database(postgres, Path(tmp)) as url:
+    with tempfile.TemporaryDirectory() as tmp, scratch_db(postgres, Path(tmp)) as url:
         workdir = Path(tmp)
         log = workdir / "log.jsonl"
         log.write_text("".join(json.dumps(f) + "\n" for f in frames))
@@ -76,19 +76,24 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
                        FEATHERREADER_ADOPTION_INTERVAL_SECS="0", FEED_SERVE="all")
             subprocess.run([sys.executable, "-m", "flask", "--app", "app", "db", "upgrade"], cwd=REPO, env=env,
                            check=True, capture_output=True)
-            _seed(url, first_us)
+            seed(url, first_us, [f"did:plc:user{i:04d}" for i in range(200)])
             port = free_port()
             procs = []
+            # Every process logs into one file: a failed batch is rolled back and replayed, so it
+            # shows in no status code and no count; only its ERROR line says it happened.
+            log_path = workdir / "service.log"
+            out = open(log_path, "a")
             if split:
-                procs += [subprocess.Popen([sys.executable, "-m", "flask", "--app", "app", "worker"], cwd=REPO, env=env)
+                procs += [subprocess.Popen([sys.executable, "-m", "flask", "--app", "app", "worker"], cwd=REPO, env=env,
+                                           stdout=out, stderr=subprocess.STDOUT)
                           for _ in range(worker_procs)]
                 env = dict(env, FEATHERREADER_RUN_WORKERS="0")
             procs.append(subprocess.Popen([str(REPO / ".venv/bin/gunicorn"), "-k", "gevent",
                                            "-w", str(web_procs if split else 1), "-b", f"127.0.0.1:{port}",
                                            "--log-level", "warning", "--access-logfile", "/dev/null", "app:app"],
-                                          cwd=REPO, env=env))
+                                          cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
             try:
-                _wait_port(port)
+                wait_port(port)
                 started = time.monotonic()
                 rng = random.Random(5)
                 paths = {
@@ -104,24 +109,26 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
                     for name, fn in paths.items():
                         _merge(results, name, _load(port, fn, requests // 2, concurrency))
                 results = {name: _summary(r) for name, r in results.items()}
-                ingest_progress = _cursor(url) - first_us
+                ingest_progress = stream_cursor(url) - first_us
                 load_secs = time.monotonic() - started
                 drain_until = time.monotonic() + drain_secs
-                while _cursor(url) < last_us and time.monotonic() < drain_until:
+                while stream_cursor(url) < last_us and time.monotonic() < drain_until:
                     time.sleep(0.5)
-                catch_up_secs = round(time.monotonic() - started, 1) if _cursor(url) >= last_us else None
+                catch_up_secs = round(time.monotonic() - started, 1) if stream_cursor(url) >= last_us else None
             finally:
                 for proc in procs:
                     proc.terminate()
                 for proc in procs:
                     proc.wait(30)
-            caught_up = _cursor(url) >= last_us
+                out.close()
+            caught_up = stream_cursor(url) >= last_us
+            errors = log_errors(log_path.read_text())
     return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up, "load_secs": load_secs,
-            "catch_up_secs": catch_up_secs}
+            "catch_up_secs": catch_up_secs, "errors": errors}
 
 
 @contextlib.contextmanager
-def _scratch_database(postgres: str | None, workdir: Path):
+def scratch_db(postgres: str | None, workdir: Path):
     if not postgres:
         yield f"sqlite:///{workdir / 'load.db'}"
         return
@@ -132,7 +139,7 @@ def _scratch_database(postgres: str | None, workdir: Path):
 
 
 @contextlib.contextmanager
-def _connect(url: str):
+def connect(url: str):
     """A plain DB-API connection and its placeholder, outside Feather (the bench only seeds and peeks)."""
     if url.startswith("sqlite:///"):
         conn, mark = sqlite3.connect(url.removeprefix("sqlite:///")), "?"
@@ -147,26 +154,38 @@ def _connect(url: str):
         conn.close()
 
 
-def _seed(url: str, first_us: int) -> None:
-    with _connect(url) as (conn, m):
+def log_errors(text: str) -> list[str]:
+    """Each ERROR record of a service log, with the last line of its traceback (the exception)."""
+    records: list[list[str]] = []
+    for line in text.splitlines():
+        if line[:4].isdigit() and line[4:5] == "-":  # a new record starts with its date
+            records.append([line])
+        elif records:
+            records[-1].append(line)
+    return [r[0] + (" | " + r[-1].strip() if len(r) > 1 else "") for r in records if " ERROR " in r[0]]
+
+
+def seed(url: str, first_us: int, readers: list[str]) -> None:
+    """Both streams replay the log from its first event; the readers' backfills count as done."""
+    with connect(url) as (conn, m):
         cur = conn.cursor()
         for name in ("global", "network"):
             cur.execute(f"INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES ({m}, {m}, 0)",
                         (name, first_us))
         # The readers' first-read PDS backfill cannot run offline; their follows arrive on the stream.
         cur.executemany(f"INSERT INTO feed_backfills (actor, feed, completed) VALUES ({m}, 'timeline', 1)",
-                        [(f"did:plc:user{i:04d}",) for i in range(200)])
+                        [(actor,) for actor in readers])
 
 
-def _cursor(url: str) -> int:
-    with _connect(url) as (conn, m):
+def stream_cursor(url: str) -> int:
+    with connect(url) as (conn, m):
         cur = conn.cursor()
         cur.execute(f"SELECT time_us FROM jetstream_cursor WHERE name = {m}", ("global",))
         row = cur.fetchone()
         return row[0] if row else 0
 
 
-def _wait_port(port: int) -> None:
+def wait_port(port: int) -> None:
     import socket
 
     deadline = time.time() + 60
@@ -238,6 +257,9 @@ def main() -> None:
               f"ratio p50 {r['p50_ms'] / base['p50_ms']:5.2f}x p99 {r['p99_ms'] / base['p99_ms']:5.2f}x  "
               f"5xx {fivexx}  statuses {r['statuses']}")
     applied = out["ingested_us"] / 200  # the log is spaced 200 µs apart
+    print(f"errors in the services' log: {len(out['errors'])}")
+    for line in out["errors"][:5]:
+        print(f"    {line[:400]}")
     print(f"ingest during the load: {applied:,.0f} events applied in {out['load_secs']:.0f} s "
           f"({applied / out['load_secs']:,.0f} events/s); caught up: {out['caught_up']}"
           + (f" after {out['catch_up_secs']} s" if out["catch_up_secs"] is not None else ""))

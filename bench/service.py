@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.firehose import STEP_US  # noqa: E402
 from bench.ingest import SERVED, bare_receive, served_accounts  # noqa: E402
-from bench.load import _connect, _scratch_database, _wait_port  # noqa: E402
+from bench.load import connect, log_errors, scratch_db, seed, stream_cursor, wait_port  # noqa: E402
 from bench.getfeed import free_port  # noqa: E402
 
 DEADLINE_SECS = 600
@@ -49,7 +49,7 @@ def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: s
     config = workdir / f"{mode}.toml"
     config.write_text((f"actors = [{', '.join(json.dumps(a) for a in served)}]\n" if mode == "signed-in" else "")
                       + DEFAULT_TOML)
-    with _scratch_database(postgres, workdir / mode) as url:
+    with scratch_db(postgres, workdir / mode) as url:
         env = dict(os.environ, DATABASE_URL=url, FEATHERREADER_ENV="test",
                    FEATHERREADER_DATA_DIR=str(workdir), FEATHERREADER_JETSTREAM_HOSTS=js_url,
                    FEATHERREADER_ALLOW_PRIVATE_NETWORK="1", FEATHERREADER_NETWORK_INDEX="1",
@@ -60,7 +60,7 @@ def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: s
                    FEATHERREADER_ADOPTION_INTERVAL_SECS="0")
         subprocess.run([sys.executable, "-m", "flask", "--app", "app", "db", "upgrade"], cwd=REPO, env=env,
                        check=True, capture_output=True)
-        _seed(url, first_us, served)
+        seed(url, first_us, served)
         port = free_port()
         log = workdir / f"{mode}.log"  # the offline relay's warnings; shown only if the run fails
         with open(log, "w") as out:
@@ -69,7 +69,7 @@ def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: s
                                      "--access-logfile", "/dev/null", "app:app"], cwd=REPO, env=env,
                                     stdout=out, stderr=subprocess.STDOUT)
         try:
-            _wait_port(port)
+            wait_port(port)
             seen = _watch(url, first_us, last_us, _worker_pid(proc.pid))
         except BaseException:
             print(log.read_text()[-4000:], file=sys.stderr)
@@ -80,32 +80,13 @@ def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: s
         posts = _count(url, "SELECT count(*) FROM feed_records_post")
     (t0, c0), (t1, c1) = seen["changes"][0], seen["changes"][-1]
     # A failed batch is rolled back and replayed, so it costs rate without losing data: count them.
-    errors = [line for line in log.read_text().splitlines() if " ERROR " in line]
+    errors = log_errors(log.read_text())
     return {"rate": (c1 - c0) / STEP_US / (t1 - t0), "events": (c1 - c0) // STEP_US, "secs": t1 - t0,
             "steady_kb": seen["steady_kb"], "peak_kb": seen["peak_kb"], "posts": posts, "errors": errors}
 
 
-def _seed(url: str, first_us: int, served: list[str]) -> None:
-    with _connect(url) as (conn, m):
-        cur = conn.cursor()
-        for name in ("global", "network"):  # replay the whole log
-            cur.execute(f"INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES ({m}, {m}, 0)",
-                        (name, first_us))
-        # The served accounts' first-read PDS backfill cannot run offline; their follows are on the stream.
-        cur.executemany(f"INSERT INTO feed_backfills (actor, feed, completed) VALUES ({m}, 'timeline', 1)",
-                        [(a,) for a in served])
-
-
-def _cursor(url: str) -> int:
-    with _connect(url) as (conn, m):
-        cur = conn.cursor()
-        cur.execute(f"SELECT time_us FROM jetstream_cursor WHERE name = {m}", ("global",))
-        row = cur.fetchone()
-        return row[0] if row else 0
-
-
 def _count(url: str, sql: str) -> int:
-    with _connect(url) as (conn, _):
+    with connect(url) as (conn, _):
         cur = conn.cursor()
         cur.execute(sql)
         return cur.fetchone()[0]
@@ -130,7 +111,7 @@ def _watch(url: str, first_us: int, last_us: int, pid: int) -> dict:
     while last < last_us:
         if time.monotonic() > deadline:
             raise SystemExit(f"the service applied only {(last - first_us) // STEP_US} events in {DEADLINE_SECS} s")
-        value = _cursor(url)
+        value = stream_cursor(url)
         if value != last:
             changes.append((time.monotonic(), value))
             last = value
@@ -180,7 +161,7 @@ def main() -> None:
               f"worker RSS steady {r['steady_kb'] / 1024:.0f} MiB, peak {r['peak_kb'] / 1024:.0f} MiB   "
               f"stored {r['posts']:,} posts at the end   errors in its log: {len(r['errors'])}")
         for line in r["errors"][:5]:
-            print(f"    {line[:200]}")
+            print(f"    {line[:400]}")
     figure(f"ingest, whole service (gunicorn), every feature, default FEED_SERVE=signed-in ({SERVED} served),"
            f" {where}", default["rate"], baseline, "events/s", ">= 0.25")
     figure(f"ingest, whole service (gunicorn), every feature, full index (FEED_SERVE=all), {where}",
