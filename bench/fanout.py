@@ -108,13 +108,9 @@ def baseline_round(path: Path, n: int) -> float:
 
 
 def clear(path: Path) -> int:
-    raw = sqlite3.connect(path)
-    count = raw.execute("SELECT count(*) FROM feed_items").fetchone()[0]
-    raw.execute("DELETE FROM feed_items")
-    raw.execute("DELETE FROM feed_records_post")
-    raw.commit()
-    raw.close()
-    return count
+    from bench.contrail.build import clear_fanout
+
+    return clear_fanout(path, "feed_records_post")
 
 
 def contrail_setup(workdir: Path, followers: int):
@@ -122,10 +118,8 @@ def contrail_setup(workdir: Path, followers: int):
     from bench import contrail
     from bench.contrail import build as contrail_build
 
-    try:
-        node = contrail.node()
-    except contrail.Unavailable as exc:
-        print(f"Contrail comparison skipped: {exc}")
+    node = contrail.node_or_skip()
+    if node is None:
         return None
     t0 = time.perf_counter()
     path = contrail_build.fanout_db(node, workdir / "contrail.db", AUTHOR, followers)

@@ -86,10 +86,8 @@ def contrail_setup(workdir: Path, path: Path):
     from bench import contrail
     from bench.contrail import build as contrail_build
 
-    try:
-        node = contrail.node()
-    except contrail.Unavailable as exc:
-        print(f"Contrail comparison skipped: {exc}")
+    node = contrail.node_or_skip()
+    if node is None:
         return None
     raw = sqlite3.connect(path)
     contrail_build.getfeed_db(

@@ -127,22 +127,12 @@ def main() -> None:
         url, n, first, last, workdir, mode, database = sys.argv[2:]
         child(url, int(n), int(first), int(last), workdir, mode, database)
         return
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--postgres", metavar="URL", help="run on scratch databases made beside this one")
-    args = parser.parse_args()
-    from bench.firehose import realistic_log
+    args = parse_args()
     from tests.support.fake_jetstream import FakeJetstream
 
-    # Spaced 200 µs apart: 5,000 events/s, the legacy per-IP cap, so the 5 s replay overlap is realistic.
-    first_us = int(time.time() * 1_000_000) - 3_600_000_000
-    frames = realistic_log(args.events, start_us=first_us)
-    last_us = frames[-1]["time_us"]
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "log.jsonl"
-        log.write_text("".join(json.dumps(f) + "\n" for f in frames))
-        (Path(tmp) / "served.json").write_text(json.dumps(served_accounts(frames, SERVED)))
-        del frames
+        log, first_us, last_us, served_dids = write_log(Path(tmp), args.events)
+        (Path(tmp) / "served.json").write_text(json.dumps(served_dids))
         with FakeJetstream(log=str(log), ttl_secs=0) as js:
             bare = [bare_receive(js.url, args.events)]
             engine_only = run_child(js.url, args.events, first_us, last_us, tmp, "mirror", args.postgres)
@@ -178,6 +168,26 @@ def main() -> None:
 
 
 SERVED = 10
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--postgres", metavar="URL", help="run on scratch databases made beside this one")
+    return parser.parse_args()
+
+
+def write_log(workdir: Path, events: int) -> tuple[Path, int, int, list[str]]:
+    """bench/firehose.py's log as JSONL in workdir: (its path, first and last time_us, the SERVED
+    accounts). Spaced 200 µs apart: 5,000 events/s, the legacy per-IP cap, so the 5 s replay
+    overlap is realistic; it ends an hour ago, so the whole log is a replay."""
+    from bench.firehose import realistic_log
+
+    first_us = int(time.time() * 1_000_000) - 3_600_000_000
+    frames = realistic_log(events, start_us=first_us)
+    path = workdir / "log.jsonl"
+    path.write_text("".join(json.dumps(f) + "\n" for f in frames))
+    return path, first_us, frames[-1]["time_us"], served_accounts(frames, SERVED)
 FOLLOW_NSID, POST_NSID = "app.bsky.graph.follow", "app.bsky.feed.post"
 
 

@@ -21,7 +21,6 @@ rate, not data, so only the log shows it).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -34,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.firehose import STEP_US  # noqa: E402
-from bench.ingest import SERVED, bare_receive, served_accounts  # noqa: E402
+from bench.ingest import SERVED, bare_receive, parse_args, write_log  # noqa: E402
 from bench.load import connect, log_errors, scratch_db, seed, stream_cursor, wait_port  # noqa: E402
 from bench.getfeed import free_port  # noqa: E402
 
@@ -129,24 +128,14 @@ def _status_kb(pid: int, field: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--postgres", metavar="URL", help="run on scratch databases made beside this one")
-    args = parser.parse_args()
-    from bench.firehose import realistic_log
+    args = parse_args()
     from bench.report import figure
     from tests.support.fake_jetstream import FakeJetstream
 
-    first_us = int(time.time() * 1_000_000) - 3_600_000_000
-    frames = realistic_log(args.events, start_us=first_us)
-    last_us = frames[-1]["time_us"]
-    served = served_accounts(frames, SERVED)
     where = "PostgreSQL" if args.postgres else "SQLite"
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        log = workdir / "log.jsonl"
-        log.write_text("".join(json.dumps(f) + "\n" for f in frames))
-        del frames
+        log, first_us, last_us, served = write_log(workdir, args.events)
         with FakeJetstream(log=str(log), ttl_secs=0) as js:
             bare = [bare_receive(js.url, args.events)]
             default = run_service(js.url, workdir, first_us, last_us, "signed-in", args.postgres, served)

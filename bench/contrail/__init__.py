@@ -73,6 +73,15 @@ def node(install: bool = True) -> str:
     return str(NODE)
 
 
+def node_or_skip() -> str | None:
+    """node(), or None after printing the one line that says why the Contrail comparison is skipped."""
+    try:
+        return node()
+    except Unavailable as exc:
+        print(f"Contrail comparison skipped: {exc}")
+        return None
+
+
 def command(node_path: str, *args: object) -> list[str]:
     return [node_path, *NODE_FLAGS, str(SHAPE), *map(str, args)]
 

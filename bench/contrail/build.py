@@ -27,12 +27,13 @@ def fanout_db(node_path: str, path: Path, author: str, followers: int) -> Path:
     return path
 
 
-def clear_fanout(path: Path) -> int:
-    """Rows the last fan-out wrote; then the feed and the post are gone, as before the round."""
+def clear_fanout(path: Path, posts_table: str = "records_post") -> int:
+    """Rows the last fan-out wrote; then the feed and the post are gone, as before the round.
+    Both files' feed table is feed_items; their posts tables are named apart."""
     raw = sqlite3.connect(path)
     count = raw.execute("SELECT count(*) FROM feed_items").fetchone()[0]
     raw.execute("DELETE FROM feed_items")
-    raw.execute("DELETE FROM records_post")
+    raw.execute(f"DELETE FROM {posts_table}")
     raw.commit()
     raw.close()
     return count
