@@ -54,6 +54,7 @@ from tests.support.process_world import (
     Acct,
     Person,
     apply_creates,
+    assert_no_error_records,
     create_account,
     create_record,
     delete_record,
@@ -233,6 +234,7 @@ def test_two_owners_three_apps_kill9_mid_backfill_and_replay_whole_process(pds, 
             FEATHERREADER_LOG_LEVEL="INFO")
         with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log")) as svc:
             scenario(pds, js, tap, svc, world, mark, database_url)
+            assert_no_error_records(svc)
     print("\ntimeline:")
     for label, at in marks:
         print(f"  {at:6.1f} s  {label}")

@@ -57,6 +57,7 @@ from tests.support.process_world import (
     Acct,
     Person,
     app_password,
+    assert_no_error_records,
     apply_creates,
     create_account,
     create_record,
@@ -238,6 +239,7 @@ def test_three_readers_timelines_and_feed_generator_through_kill9_and_replay_who
             FEATHERREADER_LOG_LEVEL="INFO")
         with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log", port=port), 120) as svc:
             scenario(pds, js, tap, svc, world, mark)
+            assert_no_error_records(svc)
     model = world["model"]
     stored = stored_of(database_url, world["unrelated"], [a.did for a in world["authors"]], world["readers"],
                        sorted(model.deleted))

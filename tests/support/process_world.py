@@ -175,6 +175,15 @@ def error_lines(svc: ServiceProcess, limit: int = 40) -> str:
     return "\n".join(f"{seen[k]:>4}x {k}" for k in order[:limit]) or "(no error lines)"
 
 
+def assert_no_error_records(svc: ServiceProcess) -> None:
+    """No ERROR record and no traceback in the service log. A batch that failed is rolled back and
+    replayed, so the end state can be exact while the service deadlocked or crashed on the way:
+    the log is the only place that shows it."""
+    bad = [line for line in svc.log_text().splitlines()
+           if re.match(r"\d{4}-\d\d-\d\d \S+ ERROR ", line) or line.startswith("Traceback")]
+    assert bad == [], error_lines(svc)
+
+
 def list_records(pds, did: str, collection: str) -> list[dict]:
     """Every record of one collection in a repo, all pages, straight from the PDS."""
     out, cursor = [], None
