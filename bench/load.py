@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.getfeed import free_port, pct  # noqa: E402
+from tests.support.service_process import error_records  # noqa: E402
 
 RSS = "community.lexicon.rss.subscription"
 DEADLINE_SECS = 300
@@ -122,7 +123,7 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
                     proc.wait(30)
                 out.close()
             caught_up = stream_cursor(url) >= last_us
-            errors = log_errors(log_path.read_text())
+            errors = error_records(log_path.read_text())
     return {"results": results, "ingested_us": ingest_progress, "caught_up": caught_up, "load_secs": load_secs,
             "catch_up_secs": catch_up_secs, "errors": errors}
 
@@ -152,17 +153,6 @@ def connect(url: str):
         conn.commit()
     finally:
         conn.close()
-
-
-def log_errors(text: str) -> list[str]:
-    """Each ERROR record of a service log, with the last line of its traceback (the exception)."""
-    records: list[list[str]] = []
-    for line in text.splitlines():
-        if line[:4].isdigit() and line[4:5] == "-":  # a new record starts with its date
-            records.append([line])
-        elif records:
-            records[-1].append(line)
-    return [r[0] + (" | " + r[-1].strip() if len(r) > 1 else "") for r in records if " ERROR " in r[0]]
 
 
 def seed(url: str, first_us: int, readers: list[str]) -> None:

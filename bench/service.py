@@ -34,8 +34,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.firehose import STEP_US  # noqa: E402
 from bench.ingest import SERVED, bare_receive, parse_args, write_log  # noqa: E402
-from bench.load import connect, log_errors, scratch_db, seed, stream_cursor, wait_port  # noqa: E402
+from bench.load import connect, scratch_db, seed, stream_cursor, wait_port  # noqa: E402
 from bench.getfeed import free_port  # noqa: E402
+from tests.support.service_process import error_records  # noqa: E402
 
 DEADLINE_SECS = 600
 
@@ -79,7 +80,7 @@ def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: s
         posts = _count(url, "SELECT count(*) FROM feed_records_post")
     (t0, c0), (t1, c1) = seen["changes"][0], seen["changes"][-1]
     # A failed batch is rolled back and replayed, so it costs rate without losing data: count them.
-    errors = log_errors(log.read_text())
+    errors = error_records(log.read_text())
     return {"rate": (c1 - c0) / STEP_US / (t1 - t0), "events": (c1 - c0) // STEP_US, "secs": t1 - t0,
             "steady_kb": seen["steady_kb"], "peak_kb": seen["peak_kb"], "posts": posts, "errors": errors}
 

@@ -20,10 +20,11 @@ from feather.db import current_dialect, db
 from feather.workers import lock_key
 
 LOCK_NAME = "feeds-writes"
+_KEY = lock_key(LOCK_NAME)  # hashed once: every ingest batch takes it
 
 
 def lock_writes() -> None:
     """Call inside the transaction, before its first write to a feeds table; held until commit."""
-    sql = current_dialect().xact_lock_sql(lock_key(LOCK_NAME))
+    sql = current_dialect().xact_lock_sql(_KEY)
     if sql is not None:
         db.execute_sql(sql)

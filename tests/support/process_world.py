@@ -19,7 +19,7 @@ import requests
 from tests.support.fake_jetstream import FakeJetstream
 from tests.support.firehose_bridge import FirehoseBridge
 from tests.support.pds import tid_now, xrpc
-from tests.support.service_process import ServiceProcess
+from tests.support.service_process import ServiceProcess, error_records
 
 ERROR_LINE = re.compile(r"Traceback|ERROR|Error:|Exception|outside of application context")
 
@@ -179,8 +179,8 @@ def assert_no_error_records(svc: ServiceProcess) -> None:
     """No ERROR record and no traceback in the service log. A batch that failed is rolled back and
     replayed, so the end state can be exact while the service deadlocked or crashed on the way:
     the log is the only place that shows it."""
-    bad = [line for line in svc.log_text().splitlines()
-           if re.match(r"\d{4}-\d\d-\d\d \S+ ERROR ", line) or line.startswith("Traceback")]
+    text = svc.log_text()
+    bad = error_records(text) + [line for line in text.splitlines() if line.startswith("Traceback")]
     assert bad == [], error_lines(svc)
 
 

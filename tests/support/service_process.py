@@ -52,6 +52,17 @@ def service_env(**settings) -> dict:
     return env
 
 
+def error_records(text: str) -> list[str]:
+    """Each ERROR record of a service log, with the last line of its traceback (the exception)."""
+    records: list[list[str]] = []
+    for line in text.splitlines():
+        if line[:4].isdigit() and line[4:5] == "-":  # a new record starts with its date
+            records.append([line])
+        elif records:
+            records[-1].append(line)
+    return [r[0] + (" | " + r[-1].strip() if len(r) > 1 else "") for r in records if " ERROR " in r[0]]
+
+
 class ServiceProcess:
     def __init__(self, env: dict, log_path: Path, port: int | None = None, workers: int = 1):
         self.env = env
