@@ -5,7 +5,7 @@ a Jetstream log, as a ratio to a bare websocket-client receive loop over the sam
 
 The log is bench/firehose.py's (about 2,000 DIDs, Zipf follow fan-in; posts, follows,
 profiles, deletes, updates). Three Feather figures: the engine with a minimal mirror handler (one
-upsert per record: the engine's own cost); with every built-in feature's handler on the shared
+multi-row upsert and delete per batch: the engine's own cost); with every built-in feature's handler on the shared
 stream and FEED_SERVE=all (a full index: every event reaches the feeds store, the heaviest case);
 and with every feature at the default FEED_SERVE=signed-in, serving ten accounts drawn from the
 log (a small instance's users: only what matters to them is stored, and the share of the log's
@@ -55,8 +55,7 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str
     from feather.migrate import upgrade
     from tests.support import mirror_feature
 
-    # The mirror is a test fixture (one upsert per event), not a feature: it runs alone or not at
-    # all. Among the built-in handlers it cost PostgreSQL two thirds of the batch time.
+    # The mirror is a test fixture, not a feature: it runs alone or not at all.
     overrides = {"DATABASE_URL": database, "FEATHERREADER_ENV": "test",
                  "FEATHERREADER_DATA_DIR": workdir, "FEATHERREADER_JETSTREAM_HOSTS": url,
                  "FEATHERREADER_ALLOW_PRIVATE_NETWORK": True, "FEATHERREADER_LOG_LEVEL": "WARNING",
