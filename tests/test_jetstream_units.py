@@ -83,6 +83,16 @@ def test_oversize_frame_is_refused_before_parsing():
 def test_bare_host_means_wss_subscribe_and_full_urls_pass_through():
     assert hosts.subscribe_url("jetstream.example.com") == "wss://jetstream.example.com/subscribe"
     assert hosts.subscribe_url("ws://127.0.0.1:6008/subscribe") == "ws://127.0.0.1:6008/subscribe"
+    assert hosts.subscribe_url("ws://127.0.0.1:6008/other") == "ws://127.0.0.1:6008/other"
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("ws://127.0.0.1:6008", "ws://127.0.0.1:6008/subscribe"),
+    ("wss://jetstream.example.com/", "wss://jetstream.example.com/subscribe"),
+    ("wss://jetstream.example.com?requireHello=true", "wss://jetstream.example.com/subscribe?requireHello=true"),
+])
+def test_a_url_with_no_path_means_jetstreams_subscribe_endpoint(url, expected):
+    assert hosts.subscribe_url(url) == expected
     with pytest.raises(hosts.HostRefused):
         hosts.subscribe_url("https://jetstream.example.com")
 

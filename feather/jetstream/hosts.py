@@ -1,7 +1,7 @@
 """Jetstream endpoints: host strings → websocket URLs, vetted before anything connects."""
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 
 class HostRefused(ValueError):
@@ -9,9 +9,14 @@ class HostRefused(ValueError):
 
 
 def subscribe_url(host: str) -> str:
-    """A bare host means wss://HOST/subscribe; a full ws:// or wss:// URL is taken as is."""
+    """A bare host means wss://HOST/subscribe; a full ws:// or wss:// URL is taken as is, except
+    that one with no path gets Jetstream's only endpoint, /subscribe: its root answers a plain
+    200 "Welcome to Jetstream", which the websocket handshake could only report as a failure."""
     host = host.strip()
     if host.startswith(("ws://", "wss://")):
+        parts = urlsplit(host)
+        if parts.path in ("", "/"):
+            return urlunsplit(parts._replace(path="/subscribe"))
         return host
     if "://" in host:
         raise HostRefused(f"Jetstream host {host!r} must be a bare host name or a ws:// / wss:// URL")
