@@ -416,6 +416,20 @@ def test_events_applied_in_one_second_leave_the_rate_exactly_60_seconds_later(mo
     assert obs.events_per_sec(now=1_060.0) == 0.0
 
 
+def test_the_rate_in_a_streams_first_minute_is_over_the_seconds_since_its_first_batch(monkeypatch):
+    from feather.jetstream import observe
+
+    obs = observe.StreamObserver()
+    clock = SimpleNamespace(time=lambda: 1_000.5)
+    monkeypatch.setattr(observe, "time", clock)
+    obs.applied(4_000, 1_000_000_000)
+    clock.time = lambda: 1_001.2
+    obs.applied(5_000, 1_000_000_000)
+    assert obs.events_per_sec(now=1_001.9) == 4_500.0  # seconds 1000 and 1001
+    assert obs.events_per_sec(now=1_009.0) == 900.0  # ten seconds since the first batch
+    assert obs.events_per_sec(now=1_059.0) == 150.0  # then the whole minute
+
+
 def test_a_stream_whose_high_water_is_its_applied_sequence_has_no_backlog(app):
     from feather.jetstream import observe
 

@@ -29,6 +29,7 @@ class StreamObserver:
         self.last_applied_at: float | None = None
         self.applied_lag_secs: float | None = None  # how far behind the last batch was when applied
         self._buckets: deque[list[int]] = deque()  # [second, events applied in it]
+        self._first_second: int | None = None  # the second of this process's first applied batch
 
     def trying(self, host: str) -> None:
         """The host being tried: shown before any connection succeeds (an unreachable one too)."""
@@ -67,6 +68,8 @@ class StreamObserver:
         self.last_applied_at = now
         self.applied_lag_secs = max(0.0, now - newest_time_us / 1e6)
         second = int(now)
+        if self._first_second is None:
+            self._first_second = second
         if self._buckets and self._buckets[-1][0] == second:
             self._buckets[-1][1] += count
         else:
@@ -74,9 +77,14 @@ class StreamObserver:
         self._trim(second)
 
     def events_per_sec(self, now: float | None = None) -> float:
+        """Events applied per second over the last minute, or over the seconds since the first
+        batch when that is shorter: a stream catching up at 4,500 events/s ten seconds after a
+        start read 750 when every rate was divided by the whole minute."""
         second = int(time.time() if now is None else now)
         self._trim(second)
-        return round(sum(n for _, n in self._buckets) / RATE_WINDOW_SECS, 2)
+        span = RATE_WINDOW_SECS if self._first_second is None else \
+            max(1, min(RATE_WINDOW_SECS, second - self._first_second + 1))
+        return round(sum(n for _, n in self._buckets) / span, 2)
 
     def _trim(self, second: int) -> None:
         while self._buckets and self._buckets[0][0] <= second - RATE_WINDOW_SECS:
