@@ -68,7 +68,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest response body an outbound fetch accepts."),
     Setting("FEATHERREADER_JETSTREAM_HOSTS", names, "jetstream.us-east.bsky.network",
             "Jetstream endpoints tried in order. A bare host means `wss://HOST/subscribe`; "
-            "a full `ws://` or `wss://` URL is used as is."),
+            "a full `ws://` or `wss://` URL is used as is, and one with no path gets `/subscribe`."),
     Setting("FEATHERREADER_DB_SIZE_WATERMARK_BYTES", whole(0), "0",
             "When the database reaches this size, consumers stop writing and disconnect, re-checking "
             "every 60 s. 0 disables the check."),
