@@ -11,6 +11,7 @@ import os
 import time
 
 from feather.db import current_dialect, db
+from feather.feeds.records import chunks
 from feather.jetstream.subscriptions import Handler, Subscription
 
 COLLECTIONS = ["app.bsky.feed.post", "app.bsky.graph.follow", "app.bsky.feed.like"]
@@ -39,9 +40,10 @@ def _ensure_tables() -> None:
 
 
 def apply_batch(events) -> None:
-    """A batch's records in two statements per 400 URIs (each URI's last operation wins), as a
-    real handler applies a batch; a statement per event would measure PostgreSQL's round trips,
-    not the engine. Counting applications (a test knob) stays per event."""
+    """A batch's records in one multi-row delete and one multi-row upsert (each URI's last
+    operation wins; chunked only past the database's parameter limit), as a real handler applies
+    a batch; a statement per event would measure PostgreSQL's round trips, not the engine.
+    Counting applications (a test knob) stays per event."""
     _ensure_tables()
     q = current_dialect().q
     last: dict[str, str | None] = {}  # uri -> cid after the batch, None when deleted
@@ -61,11 +63,9 @@ def apply_batch(events) -> None:
                            (event.did, f"{event.active}:{event.status}"))
     gone = [uri for uri, cid in last.items() if cid is None]
     kept = [(uri, cid) for uri, cid in last.items() if cid is not None]
-    for i in range(0, len(gone), 400):
-        chunk = gone[i:i + 400]
+    for chunk in chunks(gone, 1):
         db.execute_sql(q(f"DELETE FROM test_mirror WHERE uri IN ({', '.join('?' * len(chunk))})"), chunk)
-    for i in range(0, len(kept), 400):
-        chunk = kept[i:i + 400]
+    for chunk in chunks(kept, 2):
         db.execute_sql(q(f"INSERT INTO test_mirror (uri, cid) VALUES {', '.join(['(?, ?)'] * len(chunk))} "
                          "ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid"), [v for row in chunk for v in row])
     global fails_left
