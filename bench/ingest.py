@@ -3,16 +3,16 @@ a Jetstream log, as a ratio to a bare websocket-client receive loop over the sam
 
     python bench/ingest.py [--events 100000] [--postgres URL]
 
-The log is bench/firehose.py's (about 2,000 DIDs, Zipf follow fan-in; posts, follows,
-profiles, deletes, updates). Three Feather figures: the engine with a minimal mirror handler (one
-multi-row upsert and delete per batch: the engine's own cost); with every built-in feature's handler on the shared
-stream and FEED_SERVE=all (a full index: every event reaches the feeds store, the heaviest case);
-and with every feature at the default FEED_SERVE=signed-in, serving ten accounts drawn from the
-log (a small instance's users: only what matters to them is stored, and the share of the log's
+The log is bench/firehose.py's (about 2,000 DIDs, Zipf follow fan-in; posts, follows, profiles,
+deletes, updates). Three Feather figures: the engine with a minimal mirror handler (one multi-row
+upsert and delete per batch: the engine's own cost); with every built-in feature's handler on the
+shared stream and FEED_SERVE=all (a full index: every event reaches the feeds store, the heaviest
+case); and with every feature at the default FEED_SERVE=signed-in, serving ten accounts drawn from
+the log (a small instance's users: only what matters to them is stored, and the share of the log's
 posts that was is printed beside the figure). With --postgres all three run on scratch databases
 made beside URL instead of SQLite files. Each runs in a child process, whose steady RSS (median
-over the second half of the ingest) and peak RSS are reported against the 128 MiB steady goal
-and the 512 MB VM budget.
+over the second half of the ingest) and peak RSS are reported against the 128 MiB steady goal and
+the 512 MB VM budget.
 """
 from __future__ import annotations
 
@@ -187,6 +187,8 @@ def write_log(workdir: Path, events: int) -> tuple[Path, int, int, list[str]]:
     path = workdir / "log.jsonl"
     path.write_text("".join(json.dumps(f) + "\n" for f in frames))
     return path, first_us, frames[-1]["time_us"], served_accounts(frames, SERVED)
+
+
 FOLLOW_NSID, POST_NSID = "app.bsky.graph.follow", "app.bsky.feed.post"
 
 
