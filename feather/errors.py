@@ -54,9 +54,10 @@ CSRF_SCRIPT = ("Missing or invalid CSRF token. Send the header X-CSRF-Token with
 class ApiError(Exception):
     """Raised by JSON routes for a client-facing error with a stable name."""
 
-    def __init__(self, status: int, error: str, message: str):
+    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.error, self.message = status, error, message
+        self.headers = headers or {}  # e.g. Retry-After on a 429
 
 
 def wants_json() -> bool:
@@ -133,7 +134,9 @@ def _get_view(path: str):
 def init_app(app) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
-        return error_response(exc.status, exc.message, exc.error)
+        response = current_app.make_response(error_response(exc.status, exc.message, exc.error))
+        response.headers.update(exc.headers)
+        return response
 
     @app.errorhandler(CSRFError)
     def _csrf(exc: CSRFError):

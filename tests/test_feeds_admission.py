@@ -200,17 +200,41 @@ def test_a_failing_author_fetch_backs_off_doubling_and_gives_up_at_the_fifth_try
     assert rows(app, "SELECT attempts FROM feed_fetches") == [(5,)]
 
 
-def test_an_authors_listing_is_fetched_once_and_then_served_from_the_store_for_a_while(make_app, tmp_path):
+def test_a_followed_authors_listing_is_stored_once_and_then_served_from_the_store_for_a_while(make_app, tmp_path):
     from feather.feeds import authors, schema
 
     repo = [("p0", "bafyp0", {"$type": POST, "text": "p0", "createdAt": iso(BASE_US)})]
     sources = FakeSources(repos={(C, POST): repo})
     app = served_app(make_app, tmp_path, sources=sources)
+    run(app, global_handler(app), [follow(A, "f1", C)])  # a served actor follows C: the store keeps C
     post_collection = app.extensions["feeds"].collections["post"]
     with app.app_context(), db.connection_context():
         schema.ensure(app.extensions["feeds"])
-        first = authors.backfill_listing(app, post_collection, C)
-        second = authors.backfill_listing(app, post_collection, C)
-    assert (first, second) == (True, False)
+        config = app.extensions["feeds"]
+        first = authors.backfill_listing(app, config, post_collection, C)
+        second = authors.backfill_listing(app, config, post_collection, C)
+    assert (first, second) == (None, None)  # both answered from the store; only the first fetched
     assert [c for c in sources.calls if c[0] == "list"] == [("list", C, POST)]
     assert rows(app, "SELECT uri FROM feed_records_post") == [(f"at://{C}/{POST}/p0",)]
+
+
+@pytest.mark.parametrize("serve", ["signed-in", "readers"])
+def test_a_strangers_listing_answers_from_the_fetched_page_and_stores_nothing(make_app, tmp_path, serve):
+    repo = [("p1", "bafyp1", {"$type": POST, "text": "newer", "createdAt": iso(BASE_US + 1)}),
+            ("p0", "bafyp0", {"$type": POST, "text": "older", "createdAt": iso(BASE_US)}),
+            ("bad/key", "bafyx", {"$type": POST, "text": "an invalid rkey is dropped"}),
+            ("big", "bafybig", {"$type": POST, "text": "x" * (64 * 1024)})]  # past MAX_RECORD_BYTES
+    sources = FakeSources(repos={(D, POST): repo})
+    app = served_app(make_app, tmp_path, serve=serve, sources=sources)
+    client = app.test_client()
+    first = client.get(f"/xrpc/com.example.post.listRecords?actor={D}&limit=1")
+    second = client.get(f"/xrpc/com.example.post.listRecords?actor={D}&limit=1&cursor={first.json['cursor']}")
+    assert first.status_code == second.status_code == 200
+    assert [(r["uri"], r["value"]["text"]) for r in first.json["records"]] == [(f"at://{D}/{POST}/p1", "newer")]
+    assert [(r["uri"], r["time_us"]) for r in second.json["records"]] == [(f"at://{D}/{POST}/p0", BASE_US)]
+    third = client.get(f"/xrpc/com.example.post.listRecords?actor={D}").json
+    assert ([r["rkey"] for r in third["records"]], "cursor" in third) == (["p1", "p0"], False)
+    assert [c for c in sources.calls if c[0] == "list"] == [("list", D, POST)] * 3  # each read lists again
+    assert rows(app, "SELECT count(*) FROM feed_records_post") == [(0,)]
+    assert rows(app, "SELECT count(*) FROM feed_fetches") == [(0,)]
+

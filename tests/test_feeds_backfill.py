@@ -65,17 +65,27 @@ def test_a_completed_backfill_never_runs_again(app, pds):
     assert len(pds.requests) == seen
 
 
-def test_an_unfinished_listing_records_the_error_and_the_next_read_retries(app, pds):
+def age_claim(app, ms: int) -> None:
+    """Move the claim's stamp back by ms: the backoff after a failure, without waiting for it."""
+    with app.app_context(), db.connection_context():
+        db.execute_sql("UPDATE feed_backfills SET started_at = started_at - ?", (ms,))
+
+
+def test_an_unfinished_listing_records_the_error_and_a_read_after_the_backoff_retries(app, pds):
     ingest(app, [post(B, "b0", BASE_US + 1), post(D, "d0", BASE_US + 2)])
     pds.fail_on_page = 1  # the first page (B, C) arrives, the second (D) fails
     client = app.test_client()
     client.get(f"{GET_FEED}?feed=timeline&actor={A}")
     join_backfills(app)
-    assert backfill_row(app) == [(0, 1, False, True)]
+    assert backfill_row(app) == [(0, 1, False, False)]  # resting: stamped with the failure's time
     (error,) = rows(app, "SELECT last_error FROM feed_backfills")[0]
     assert error.startswith("follow backfill incomplete (inserted=2)")
     assert [u.rsplit("/", 1)[-1] for u in feed_uris(app, A)] == ["b0"]  # bootstrapped what it had
     pds.fail_on_page = None
+    client.get(f"{GET_FEED}?feed=timeline&actor={A}")  # the next page, within the backoff: no retry
+    join_backfills(app)
+    assert backfill_row(app) == [(0, 1, False, False)]
+    age_claim(app, backfill.RETRY_BASE_MS)
     client.get(f"{GET_FEED}?feed=timeline&actor={A}")
     join_backfills(app)
     assert backfill_row(app) == [(1, 1, True, True)]
@@ -96,23 +106,24 @@ def test_claims_are_single_flight_and_go_stale_after_five_minutes(app):
     assert call(app, backfill.claim, B, "timeline", t) is True  # per (actor, feed)
 
 
-def test_after_three_failures_a_retry_waits_for_the_stale_window(app, pds):
+def test_failed_attempts_back_off_doubling_up_to_the_stale_window(app, pds):
     pds.fail_on_page = 0
     client = app.test_client()
-    for attempt in range(1, 4):
+    for attempt in range(1, 5):
         client.get(f"{GET_FEED}?feed=timeline&actor={A}")
         join_backfills(app)
         assert rows(app, "SELECT retries FROM feed_backfills") == [(attempt,)]
-    assert backfill_row(app) == [(0, 3, False, False)]  # resting: claim stamped
-    client.get(f"{GET_FEED}?feed=timeline&actor={A}")
-    join_backfills(app)
-    assert rows(app, "SELECT retries FROM feed_backfills") == [(3,)]
-    with app.app_context(), db.connection_context():
-        db.execute_sql("UPDATE feed_backfills SET started_at = started_at - 300000")
+        age_claim(app, backfill.wait_ms(attempt) - 5000)  # short of the backoff (by more than the test takes)
+        client.get(f"{GET_FEED}?feed=timeline&actor={A}")
+        join_backfills(app)
+        assert rows(app, "SELECT retries FROM feed_backfills") == [(attempt,)]
+        age_claim(app, 5000)
+    assert [backfill.wait_ms(n) for n in range(1, 5)] == [60_000, 120_000, 240_000, 300_000]
+    assert backfill_row(app) == [(0, 4, False, False)]
     pds.fail_on_page = None
     client.get(f"{GET_FEED}?feed=timeline&actor={A}")
     join_backfills(app)
-    assert backfill_row(app) == [(1, 3, True, True)]
+    assert backfill_row(app) == [(1, 4, True, True)]
 
 
 def test_an_unresolvable_pds_is_an_error_not_a_crash(make_app, tmp_path, pds):

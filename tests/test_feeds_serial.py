@@ -185,7 +185,8 @@ def test_a_listing_backfill_waits_for_the_lock(app, database_url, sources):
 
     def unchanged():
         assert count(app, "SELECT count(*) FROM feed_records_post") == 0
-    assert held_while(app, database_url, lambda: authors.backfill_listing(app, c, A), unchanged) is True
+    assert held_while(app, database_url, lambda: authors.backfill_listing(app, app.extensions["feeds"], c, A),
+                     unchanged) is None
     assert rows(app, "SELECT uri FROM feed_records_post") == [(f"at://{A}/{POST}/p8",)]
 
 

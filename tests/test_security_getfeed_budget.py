@@ -1,4 +1,5 @@
-"""Issue 14, point 4: anonymous getFeed cannot make the instance do unbounded outbound work.
+"""Anonymous reads cannot make the instance do unbounded outbound work, and the budget that bounds
+it never refuses a read the store can answer.
 
 These run the production sources (feather.feeds.sources.AtprotoSources) over an identity resolver
 whose HTTP client and DNS only record what they were asked: every recorded call is one outbound
@@ -46,8 +47,8 @@ def test_a_spray_of_new_actors_starts_at_most_the_client_budget_of_backfills(app
     http, _ = wire(app)
     statuses = [read(app, spray.format(i)).status_code for i in range(50)]
     join_backfills(app)
-    assert statuses == [200] * 10 + [429] * 40
-    assert read(app, spray.format(50)).json == {"error": "RateLimitExceeded", "message": OVER_BUDGET}
+    assert statuses == [200] * 50  # over budget the read is answered from the store, unclaimed
+    assert read(app, spray.format(50)).json == {"records": []}
     assert rows(app, "SELECT count(*) FROM feed_backfills") == [(10,)]
     assert sorted(http.calls) == sorted(fetched.format(i) for i in range(10))
 
@@ -58,26 +59,65 @@ def test_the_budget_is_per_client_and_global(app):
                                                              client_burst=10, client_per_minute=0.001)
     first = [read(app, f"did:plc:a{i}", client="198.51.100.1").status_code for i in range(11)]
     second = [read(app, f"did:plc:b{i}", client="198.51.100.2").status_code for i in range(6)]
-    assert (first, second) == ([200] * 10 + [429], [200] * 5 + [429])  # the second ran into the global cap
+    assert (first, second) == ([200] * 11, [200] * 6)
     join_backfills(app)
+    claimed = [r[0] for r in rows(app, "SELECT actor FROM feed_backfills ORDER BY actor")]
+    # The second client ran into the global cap after five.
+    assert claimed == sorted([f"did:plc:a{i}" for i in range(10)] + [f"did:plc:b{i}" for i in range(5)])
     assert len(http.calls) == 15
 
 
-def test_reading_the_same_actor_again_costs_nothing(app):
-    wire(app)
-    app.extensions["feeds_outbound_budget"] = OutboundBudget(client_burst=3, client_per_minute=0.001)
+def test_paging_a_timeline_whose_backfill_failed_does_not_claim_it_again_on_every_page(app):
+    """The PLC directory is down (every lookup fails): the first read claims and fails; the pages
+    after it, within the retry backoff, neither claim nor pay."""
+    http, _ = wire(app)
+    app.extensions["feeds_outbound_budget"] = budget = OutboundBudget(client_burst=3, client_per_minute=0.001)
     statuses = []
     for _ in range(20):
         statuses.append(read(app, "did:plc:reader").status_code)
-        join_backfills(app)  # the failed attempt is recorded; at most BACKFILL_MAX_RETRIES re-claims
+        join_backfills(app)
     assert statuses == [200] * 20
-    assert rows(app, "SELECT retries FROM feed_backfills") == [(3,)]
+    assert rows(app, "SELECT retries FROM feed_backfills") == [(1,)]
+    assert http.calls == [f"{PLC}/did:plc:reader"]
+    assert [budget.take("198.51.100.7"), budget.take("198.51.100.7"), budget.take("198.51.100.7")] == [
+        True, True, False]  # one token of three was spent, by the one claim
+
+
+def test_a_failed_backfill_is_claimed_again_after_its_backoff(app):
+    from feather.feeds import backfill
+
+    http, _ = wire(app)
+    read(app, "did:plc:reader")
+    join_backfills(app)
+    assert len(http.calls) == 1
+    from feather.db import db
+
+    # The backoff is read from the row's stamp (the failure's time): age it instead of waiting.
+    with app.app_context(), db.connection_context():
+        db.execute_sql("UPDATE feed_backfills SET started_at = started_at - ?", (backfill.RETRY_BASE_MS - 1000,))
+    read(app, "did:plc:reader")
+    join_backfills(app)
+    assert len(http.calls) == 1  # 59 s after the failure: still resting
+    with app.app_context(), db.connection_context():
+        db.execute_sql("UPDATE feed_backfills SET started_at = started_at - 1000")
+    read(app, "did:plc:reader")
+    join_backfills(app)
+    assert (len(http.calls), rows(app, "SELECT retries FROM feed_backfills")) == (2, [(2,)])
+
+
+def test_backfill_backoff_doubles_per_failure_up_to_the_stale_limit():
+    from feather.feeds.backfill import wait_ms
+
+    assert [wait_ms(n) for n in range(6)] == [300_000, 60_000, 120_000, 240_000, 300_000, 300_000]
 
 
 def test_a_spray_of_handles_resolves_at_most_the_client_budget(app):
     http, dns = wire(app)
-    statuses = [read(app, f"spray{i}.attacker.net").status_code for i in range(30)]
-    assert statuses == [400] * 10 + [429] * 20  # unresolvable (400) while the budget lasts
+    answers = [read(app, f"spray{i}.attacker.net") for i in range(30)]
+    # Unresolvable (400) while the budget lasts; then refused, since the read needs the lookup.
+    assert [a.status_code for a in answers] == [400] * 10 + [429] * 20
+    assert answers[-1].json == {"error": "RateLimitExceeded", "message": OVER_BUDGET}
+    assert answers[-1].headers["Retry-After"] == "6"  # ten tokens a minute: one every six seconds
     assert dns.calls == [f"_atproto.spray{i}.attacker.net" for i in range(10)]
     assert http.calls == [f"https://spray{i}.attacker.net/.well-known/atproto-did" for i in range(10)]
 
@@ -92,6 +132,7 @@ def test_service_auth_issuers_are_looked_up_within_the_budget(make_app, tmp_path
         token = mint(P256, iss=issuer, aud=SERVICE, lxm=LXM, iat=now, exp=now + 60)
         statuses.append(read(app, issuer, token=token).status_code)
     assert statuses == [401] * 10 + [429] * 5  # the key cannot be fetched (401) while the budget lasts
+    assert read(app, "did:web:issuer0.attacker.example", token=token).headers["Retry-After"] == "6"
     assert http.calls == [f"https://issuer{i}.attacker.example/.well-known/did.json" for i in range(10)]
 
 
@@ -118,7 +159,7 @@ def test_a_spray_of_list_records_authors_fetches_at_most_the_client_budget(app):
     client = app.test_client()
     statuses = [client.get(f"/xrpc/com.example.post.listRecords?actor=did:plc:list{i}",
                            environ_base={"REMOTE_ADDR": "198.51.100.9"}).status_code for i in range(30)]
-    assert statuses == [200] * 10 + [429] * 20
+    assert statuses == [200] * 30  # over budget: answered from the store, nothing fetched
     assert sorted(http.calls) == sorted(f"{PLC}/did:plc:list{i}" for i in range(10))
 
 
@@ -139,7 +180,7 @@ def test_a_spray_of_signed_skeleton_readers_starts_at_most_the_client_budget_of_
             environ_base={"REMOTE_ADDR": "198.51.100.8"}).status_code for v in viewers]
     finally:
         join_backfills(app)
-    assert statuses == [200] * 10 + [429] * 5
+    assert statuses == [200] * 15  # the last five are answered unclaimed
     assert rows(app, "SELECT actor FROM feed_backfills ORDER BY actor") == [(v,) for v in viewers[:10]]
 
 
@@ -158,3 +199,33 @@ def test_past_max_clients_the_least_recently_used_bucket_is_the_one_forgotten():
     assert [budget.take("a"), budget.take("b"), budget.take("c")] == [True, True, True]
     # "a" was used longest ago: forgotten, it starts over with a full bucket. "c", just used, is kept (empty).
     assert [budget.take("c"), budget.take("a")] == [False, True]
+
+
+def test_get_record_pays_for_resolving_a_handle(app):
+    http, dns = wire(app)
+    client = app.test_client()
+    answers = [client.get(f"/xrpc/com.example.post.getRecord?uri=at://spray{i}.attacker.net/app.bsky.feed.post/3k",
+                          environ_base={"REMOTE_ADDR": "198.51.100.9"}) for i in range(30)]
+    assert [a.status_code for a in answers] == [400] * 10 + [429] * 20
+    assert "Retry-After" in answers[-1].headers
+    assert dns.calls == [f"_atproto.spray{i}.attacker.net" for i in range(10)]
+    assert len(http.calls) == 10
+
+
+def test_get_record_of_a_did_uri_needs_no_lookup_and_is_never_refused(app):
+    wire(app)
+    app.extensions["feeds_outbound_budget"] = OutboundBudget(client_burst=1, client_per_minute=0.001)
+    statuses = [app.test_client().get(f"/xrpc/com.example.post.getRecord?uri=at://did:plc:x{i}/app.bsky.feed.post/3k")
+                .status_code for i in range(5)]
+    assert statuses == [404] * 5
+
+
+def test_addresses_in_one_ipv6_64_share_a_budget_and_another_64_has_its_own(app):
+    http, _ = wire(app)
+    app.extensions["feeds_outbound_budget"] = OutboundBudget(client_burst=3, client_per_minute=0.001)
+    for i in range(6):  # six addresses of one /64, one new actor each
+        read(app, f"did:plc:six{i}", client=f"2001:db8:1:2::{i + 1:x}")
+    read(app, "did:plc:other", client="2001:db8:1:3::1")
+    join_backfills(app)
+    claimed = [r[0] for r in rows(app, "SELECT actor FROM feed_backfills ORDER BY actor")]
+    assert claimed == ["did:plc:other", "did:plc:six0", "did:plc:six1", "did:plc:six2"]

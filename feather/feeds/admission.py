@@ -58,6 +58,19 @@ def is_served(config: FeedsConfig, did: str) -> bool:
                              " SELECT 1 FROM auth_grant WHERE did = ?"), (did, did)).fetchone() is not None
 
 
+def keeps(config: FeedsConfig, settings, did: str) -> bool:
+    """Whether the store keeps did's records: everyone's under `all`; otherwise a served actor's,
+    or an author someone served follows. Under admission only follows *by* served actors are
+    stored, so any stored follow of did means a served actor follows them."""
+    if settings.feed_serve == ALL or is_served(config, did):
+        return True
+    from feather.feeds.schema import subject_expr
+
+    tables = sorted({config.collections[f.follow].table for f in config.feeds.values()})
+    return any(db.execute_sql(_q(f"SELECT 1 FROM {t} f WHERE {subject_expr('f')} = ? LIMIT 1"), (did,)).fetchone()
+               for t in tables)
+
+
 def followees_sql(config: FeedsConfig, follow_table: str) -> str:
     from feather.feeds.schema import subject_expr
 

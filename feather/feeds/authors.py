@@ -19,6 +19,7 @@ import time
 import gevent
 from gevent.pool import Pool
 
+from feather.atproto.syntax import is_valid_record_key
 from feather.db import current_dialect, db
 from feather.feeds import fanout, records, serial
 from feather.feeds.config import Collection, FeedsConfig
@@ -94,7 +95,7 @@ def _fetch(sources, config: FeedsConfig, did: str) -> tuple[str, list | None, st
 def _store(c: Collection, did: str, items, now: int) -> int:
     added = 0
     for rkey, cid, record in items:
-        if isinstance(rkey, str) and isinstance(record, dict):
+        if is_valid_record_key(rkey) and isinstance(record, dict):
             added += records.store_if_absent(c, uri=f"at://{did}/{c.nsid}/{rkey}", did=did, rkey=rkey, cid=cid,
                                              record=record, time_us=records.record_time_us(record, now))
     return added
@@ -155,28 +156,52 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
 
 # --- listRecords?actor= ---------------------------------------------------------------------------
 
-def backfill_listing(app, c: Collection, did: str, admit=None) -> bool:
+def backfill_listing(app, config: FeedsConfig, c: Collection, did: str, admit=None) -> list[tuple] | None:
     """Contrail's on-demand author backfill: the author's newest records in c from their PDS, under a
-    LIST_DEADLINE_S deadline and no retry, at most once per LIST_TTL_US. True when it fetched.
-    admit() is called just before the fetch (the anonymous-read budget; it raises to refuse)."""
+    LIST_DEADLINE_S deadline and no retry, at most once per LIST_TTL_US for an author the store keeps.
+
+    Returns None when the read is to be answered from the store: the author was stored (now or
+    lately), the fetch failed, or admit() (the outbound budget) said no. For an author the store
+    does not keep (FEED_SERVE signed-in or readers, and no served actor follows them) the fetched
+    rows themselves come back, (uri, cid, did, rkey, record JSON, time_us) newest first, and
+    nothing is written: a stranger's listing costs the budget, never the disk."""
+    from feather.feeds.admission import keeps
+
     now = records.now_us()
-    row = db.execute_sql(_q("SELECT fetched_us FROM feed_fetches WHERE did = ? AND collection = ?"),
-                         (did, c.nsid)).fetchone()
-    if row is not None and row[0] is not None and now - row[0] < LIST_TTL_US:
-        return False
-    if admit is not None:
-        admit()
+    kept = keeps(config, app.config["FEATHER"], did)
+    if kept:
+        row = db.execute_sql(_q("SELECT fetched_us FROM feed_fetches WHERE did = ? AND collection = ?"),
+                             (did, c.nsid)).fetchone()
+        if row is not None and row[0] is not None and now - row[0] < LIST_TTL_US:
+            return None
+    if admit is not None and not admit():
+        return None
     sources = sources_for(app)
     try:
         with gevent.Timeout(LIST_DEADLINE_S, SourceError("listing exceeded the deadline")):
             items = sources.list_recent(did, c.nsid, LIST_LIMIT, time.monotonic() + LIST_DEADLINE_S)
     except SourceError as exc:
         log.info("feeds: listRecords backfill of %s %s failed: %s", did, c.nsid, exc)
-        return False  # serve what is stored; the next read tries again
+        return None  # serve what is stored; the next read tries again
+    if not kept:
+        return _listed(c, did, items, now)
     with db.atomic():
         serial.lock_writes()
         _store(c, did, items, now)
         db.execute_sql(_q("INSERT INTO feed_fetches (did, collection, requested_us, fetched_us) VALUES (?, ?, ?, ?)"
                           " ON CONFLICT (did, collection) DO UPDATE SET fetched_us = excluded.fetched_us"),
                        (did, c.nsid, now, now))
-    return True
+    return None
+
+
+def _listed(c: Collection, did: str, items, now: int) -> list[tuple]:
+    """The fetched page as rows of the records table, under the same rules as _store (valid shape,
+    MAX_RECORD_BYTES, one row per rkey)."""
+    rows: dict[str, tuple] = {}
+    for rkey, cid, record in items:
+        if is_valid_record_key(rkey) and isinstance(record, dict) and rkey not in rows:
+            text = records.dumps(record)
+            if records.fits(text):
+                rows[rkey] = (f"at://{did}/{c.nsid}/{rkey}", cid if isinstance(cid, str) else None, did, rkey,
+                              text, records.record_time_us(record, now))
+    return list(rows.values())

@@ -4,9 +4,11 @@ The request never waits: it claims feed_backfills and spawns a greenlet. The gre
 actor's follow records from their PDS (through FeedSources; no fan-out, never overwriting what
 the stream stored), then bootstraps the feed from target records already stored, trims it to
 the cap, and marks the claim complete only if the listing finished. A failed or cut-short
-attempt records the error and frees the claim: the first BACKFILL_MAX_RETRIES retries happen on
-the next read; after that the claim stays stamped so at most one attempt per BACKFILL_STALE_MS.
-A claim older than BACKFILL_STALE_MS is taken to be dead (a crashed process) and re-claimed.
+attempt records the error and keeps the claim stamped with its failure time: the next read may
+retry it only after a backoff (RETRY_BASE_MS, doubling per failure, at most BACKFILL_STALE_MS), so
+a reader paging a timeline whose PDS is down does not start a backfill (and pay the outbound
+budget) on every page. A claim older than BACKFILL_STALE_MS is taken to be dead (a crashed
+process) and re-claimed.
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ from feather.feeds.sources import SourceError, sources_for
 log = logging.getLogger(__name__)
 
 BACKFILL_TIMEOUT_S = 30.0
-BACKFILL_MAX_RETRIES = 3
+BACKFILL_MAX_RETRIES = 3  # failures after which the timeline page says the listing keeps failing
 BACKFILL_STALE_MS = 5 * 60 * 1000
+# Longer than BACKFILL_TIMEOUT_S, so an attempt still running is never taken for a finished one.
+RETRY_BASE_MS = 60 * 1000
 WRITE_CHUNK = 100
 _GREENLETS = "feeds_backfill_greenlets"
 
@@ -41,16 +45,23 @@ def now_ms() -> int:
 
 
 def _state(actor: str, feed: str):
-    return db.execute_sql(_q("SELECT completed, started_at FROM feed_backfills WHERE actor = ? AND feed = ?"),
+    return db.execute_sql(_q("SELECT completed, started_at, retries FROM feed_backfills WHERE actor = ? AND feed = ?"),
                           (actor, feed)).fetchone()
+
+
+def wait_ms(retries: int) -> int:
+    """How long a claim stamped after `retries` failures (0: still running) holds off the next one."""
+    if retries <= 0:
+        return BACKFILL_STALE_MS
+    return min(BACKFILL_STALE_MS, RETRY_BASE_MS * 2 ** (retries - 1))
 
 
 def wants_claim(row, now: int) -> bool:
     """Whether a read finding this feed_backfills row (or None) would claim a backfill now."""
     if row is None:
         return True
-    completed, started_at = row
-    return not completed and (started_at is None or now - started_at >= BACKFILL_STALE_MS)
+    completed, started_at, retries = row
+    return not completed and (started_at is None or now - started_at >= wait_ms(retries))
 
 
 def claim(actor: str, feed: str, now: int) -> bool:
@@ -60,11 +71,9 @@ def claim(actor: str, feed: str, now: int) -> bool:
         cur = db.execute_sql(_q("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
                                 " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING"), (actor, feed, now))
         return cur.rowcount == 1
-    completed, started_at = row
-    if completed:
-        return False
-    if started_at is not None and now - started_at < BACKFILL_STALE_MS:
-        return False  # in flight (or resting after repeated failures)
+    if not wants_claim(row, now):
+        return False  # done, in flight, or resting after a failure
+    started_at = row[1]
     # Compare-and-set on the value we read, so two readers cannot both take a stale claim.
     cur = db.execute_sql(_q("UPDATE feed_backfills SET started_at = ? WHERE actor = ? AND feed = ? AND completed = 0"
                             " AND " + ("started_at IS NULL" if started_at is None else "started_at = ?")),
@@ -73,13 +82,14 @@ def claim(actor: str, feed: str, now: int) -> bool:
 
 
 def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
-                admit: Callable[[], None] | None = None) -> gevent.Greenlet | None:
+                admit: Callable[[], bool] | None = None) -> gevent.Greenlet | None:
     """Claim and spawn the backfill of (actor, feed) if it is due. admit() runs first when a claim
-    is due (never for a done or in-flight backfill) and may raise to refuse it (the outbound budget)."""
+    is due (never for a done, in-flight or resting backfill); when it answers False (the outbound
+    budget is spent) nothing is claimed, and a later read tries again."""
     with db.atomic():
         now = now_ms()
-        if admit is not None and wants_claim(_state(actor, feed.name), now):
-            admit()
+        if admit is not None and wants_claim(_state(actor, feed.name), now) and not admit():
+            return None
         claimed = claim(actor, feed.name, now)
     if not claimed:
         return None
@@ -141,10 +151,9 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
 
 
 def _fail(actor: str, feed: str, message: str) -> None:
-    db.execute_sql(_q(
-        "UPDATE feed_backfills SET retries = retries + 1, last_error = ?,"
-        " started_at = CASE WHEN retries + 1 >= ? THEN ? ELSE NULL END WHERE actor = ? AND feed = ?"),
-        (message[:1000], BACKFILL_MAX_RETRIES, now_ms(), actor, feed))
+    """Record a failed attempt; its stamp (the failure's time) holds the next claim off for wait_ms."""
+    db.execute_sql(_q("UPDATE feed_backfills SET retries = retries + 1, last_error = ?, started_at = ?"
+                      " WHERE actor = ? AND feed = ?"), (message[:1000], now_ms(), actor, feed))
 
 
 def _store(follow, actor: str, items: list) -> int:

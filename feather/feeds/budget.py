@@ -1,23 +1,31 @@
-"""The outbound budget of getFeed: how much network work strangers can make this instance do.
+"""The outbound budget of the feeds' reads: how much network work strangers can make this instance do.
 
-getFeed answers anyone (service auth is off by default), and a read can leave the process: the
-first read of an (actor, feed) starts a backfill (the actor's DID document, then their PDS), a
-handle actor is resolved (DNS, `https://<handle>/.well-known/atproto-did`), a service-auth
-issuer's DID document is fetched for its key. Each names a host the caller picked, so each costs
-a token from two buckets: one for the whole process and one for the client's address. Reads that
-stay local (a cached identity, a backfill already done or in flight) cost nothing. Over budget,
-the read is refused with 429 RateLimitExceeded before anything leaves the process.
+getFeed and listRecords answer anyone (service auth is off by default), and a read can leave the
+process: the first read of an (actor, feed) starts a backfill (the actor's DID document, then their
+PDS), a handle is resolved (DNS, `https://<handle>/.well-known/atproto-did`, the configured
+resolver), a service-auth issuer's DID document is fetched for its key, `listRecords?actor=` lists
+the author's PDS. Each names a host the caller picked, so each costs a token from two buckets: one
+for the whole process and one for the client (its address; an IPv6 client's /64). Reads that stay
+local (a cached identity, a backfill already done or in flight) cost nothing.
+
+The budget bounds outbound work, never reads. Work that only improves a later answer (a backfill
+claim, an author listing) is skipped when the budget is spent (`try_spend`) and the read is answered
+from what is stored; the next read tries again. Only a read that cannot be answered without a
+lookup (a handle not in the cache, an issuer's key) is refused (`spend`): 429 RateLimitExceeded
+with Retry-After, before anything leaves the process.
 
 Token buckets live in process memory: a restart refills them, and each web process has its own
 (the global figure is per process). Enough to bound a spray, not a quota system.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
 from typing import Callable
 
+from feather.addresses import client_key
 from feather.errors import ApiError
 
 GLOBAL_BURST, GLOBAL_PER_MINUTE = 120, 120  # the whole process: two new lookups a second
@@ -67,6 +75,15 @@ class OutboundBudget:
             mine.tokens -= 1
             return True
 
+    def retry_after(self, client: str) -> int:
+        """Whole seconds until both buckets hold a token again (at least 1): a refused client's Retry-After."""
+        with self._lock:
+            now = self.clock()
+            mine = self._clients.get(client) or _Bucket(self.client_burst, now)
+            waits = [(1 - b.tokens - (now - b.stamp) * rate) / rate
+                     for b, rate in ((self._global, self.global_rate), (mine, self.client_rate)) if rate > 0]
+            return max(1, math.ceil(max(waits, default=60.0)))
+
 
 def budget_for(app) -> OutboundBudget:
     found = app.extensions.get("feeds_outbound_budget")
@@ -75,7 +92,15 @@ def budget_for(app) -> OutboundBudget:
     return found
 
 
-def spend(app, client: str | None) -> None:
-    """Pay for one outbound lookup on behalf of client, or refuse the read with a 429."""
-    if not budget_for(app).take(client or "unknown"):
-        raise ApiError(429, "RateLimitExceeded", OVER_BUDGET)
+def try_spend(app, remote_addr: str | None) -> bool:
+    """Pay for optional outbound work (a backfill claim, an author listing): False when the budget
+    is spent, and the caller answers from what is stored instead."""
+    return budget_for(app).take(client_key(remote_addr))
+
+
+def spend(app, remote_addr: str | None) -> None:
+    """Pay for a lookup the read cannot be answered without, or refuse the read: 429 with Retry-After."""
+    budget, client = budget_for(app), client_key(remote_addr)
+    if not budget.take(client):
+        raise ApiError(429, "RateLimitExceeded", OVER_BUDGET,
+                       headers={"Retry-After": str(budget.retry_after(client))})

@@ -126,7 +126,7 @@ def skeleton():
         return jsonify({"feed": [], "message": exc.message + (f" Sign in at {origin} to have yours kept."
                                                               if origin else "")})
     app = current_app._get_current_object()
-    backfill.maybe_start(app, config, feed, viewer, admit=lambda: budget.spend(app, request.remote_addr))
+    backfill.maybe_start(app, config, feed, viewer, admit=lambda: budget.try_spend(app, request.remote_addr))
     target = post_target(feed)
     source = hybrid.feed_source(config, feed, target, viewer)
     params = {"limit": str(parse_limit(request.args.get("limit"))), "cursor": request.args.get("cursor") or ""}

@@ -133,8 +133,10 @@ def decide(config: FeedsConfig, commits: list[CommitEvent]) -> list[Step]:
                 continue  # a replayed write from before the record's delete: never resurrect it
             if prior is not None and prior[0] == event.cid:
                 continue
-            step.time_us = records.record_time_us(event.record, event.time_us)
             step.text = records.dumps(event.record)
+            if not records.fits(step.text):
+                continue  # never stored: as if the write had not been made (the earlier version stays)
+            step.time_us = records.record_time_us(event.record, event.time_us)
             stored[uri] = (event.cid, step.text, step.time_us)
         step.arrival = records.next_arrival()
         steps.append(step)

@@ -38,6 +38,20 @@ def collection_source(c: Collection, author: str | None = None) -> Source:
     return source
 
 
+LISTED_COLUMNS = "CAST(? AS TEXT) AS uri, CAST(? AS TEXT) AS cid, CAST(? AS TEXT) AS did, " \
+                 "CAST(? AS TEXT) AS rkey, CAST(? AS TEXT) AS record, CAST(? AS BIGINT) AS time_us"
+
+
+def listed_source(c: Collection, rows: list[tuple]) -> Source:
+    """Rows that are not stored, (uri, cid, did, rkey, record JSON, time_us) each, as the pipeline's
+    `r`: an author's page fetched from their PDS answers the read with the same filters, sort and
+    cursors as the store would, and nothing is written."""
+    if not rows:
+        return Source(f"FROM (SELECT {LISTED_COLUMNS}) r", from_params=[None] * 6, where=["r.uri IS NOT NULL"])
+    union = " UNION ALL ".join([f"SELECT {LISTED_COLUMNS}"] * len(rows))
+    return Source(f"FROM ({union}) r", from_params=[v for row in rows for v in row])
+
+
 def feed_source(actor: str, target_nsid: str, c: Collection) -> Source:
     """feed_items drives: its (actor, collection, time_us DESC, uri) key yields rows in page order."""
     return Source(f"FROM feed_items f JOIN {c.table} r ON r.uri = f.uri",

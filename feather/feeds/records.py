@@ -14,6 +14,10 @@ from feather.db import current_dialect, db
 from feather.feeds.config import Collection
 
 LOAD_CHUNK = 500  # bound parameters per statement, under SQLite's 999 floor on old builds
+# The largest record JSON the store keeps. A Bluesky post at its limits (3,000 bytes of text, its
+# facets, four images with long alt texts) is well under 32 KiB; anything bigger is someone
+# filling the disk, so it is neither stored nor fanned out, from the stream or from a PDS.
+MAX_RECORD_BYTES = 64 * 1024
 _arrival_lock = threading.Lock()
 _last_arrival = 0
 
@@ -92,6 +96,12 @@ def dumps(record) -> str:
         return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
+def fits(text: str) -> bool:
+    """Whether a record's JSON text is within MAX_RECORD_BYTES (its UTF-8 length)."""
+    # A character is at most four bytes: short texts (nearly all) skip the encode.
+    return len(text) * 4 <= MAX_RECORD_BYTES or len(text.encode("utf-8", "surrogatepass")) <= MAX_RECORD_BYTES
+
+
 COLUMNS = ("uri", "did", "rkey", "cid", "record", "time_us", "indexed_at", "arrival")
 _UPSERT = (" ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid, record = excluded.record,"
            " time_us = excluded.time_us, indexed_at = excluded.indexed_at, arrival = excluded.arrival")
@@ -113,6 +123,7 @@ def store_many_sql(c: Collection, rows: list[tuple]):
 
 def store_many(c: Collection, rows: list[tuple]) -> None:
     d = current_dialect()
+    rows = [row for row in rows if row[4] is None or fits(row[4])]
     for chunk in chunks(rows, len(COLUMNS)):
         sql, params = store_many_sql(c, chunk)
         db.execute_sql(d.q(sql), params)
@@ -128,12 +139,16 @@ def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, reco
 
 def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict,
                     time_us: int) -> bool:
-    """Backfill's write: never overwrite what the live stream stored. True if inserted."""
+    """Backfill's write: never overwrite what the live stream stored. True if inserted (a record
+    past MAX_RECORD_BYTES never is)."""
     d = current_dialect()
+    text = dumps(record)
+    if not fits(text):
+        return False
     cur = db.execute_sql(
         d.q(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING"),
-        (uri, did, rkey, cid, dumps(record), time_us, now_us(), next_arrival()),
+        (uri, did, rkey, cid, text, time_us, now_us(), next_arrival()),
     )
     return cur.rowcount > 0
 

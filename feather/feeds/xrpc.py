@@ -32,8 +32,10 @@ def _charge_lookup(identifier: str) -> None:
         budget.spend(current_app, request.remote_addr)
 
 
-def _resolve(identifier: str, charged: bool = False) -> str:
-    if charged and not identifier.startswith("did:"):  # a DID actor is used as is, never fetched
+def _resolve(identifier: str) -> str:
+    """The DID for an actor parameter. A DID is used as is (nothing is fetched); a handle that is
+    not in the identity cache costs a lookup from the outbound budget, refused with 429 when spent."""
+    if not identifier.startswith("did:"):
         _charge_lookup(identifier)
     did = sources_for(current_app).resolve_actor(identifier)
     if not did or not is_valid_did(did):
@@ -56,12 +58,12 @@ def get_feed():
 
         issuer = verify_request(request.headers.get("Authorization"), config, settings,
                                 ChargedKeys(sources_for(current_app)))
-    did = _resolve(actor, charged=True)
+    did = _resolve(actor)
     if issuer is not None and issuer != did:
         raise ApiError(403, "Forbidden", "feed actor must match the service-auth issuer")
     admission.admit_reader(config, settings, did)  # FEED_SERVE: served, newly served, or refused
     app = current_app._get_current_object()
-    backfill.maybe_start(app, config, feed, did, admit=lambda: budget.spend(app, request.remote_addr))
+    backfill.maybe_start(app, config, feed, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     wanted = request.args.get("collection")
     target = feed.targets[0]
     if wanted:
@@ -91,11 +93,14 @@ def list_records(short: str):
     config = _config()
     collection = config.collections[short]
     author = request.args.get("actor") or request.args.get("did")
-    did = _resolve(author, charged=True) if author else None
+    did = _resolve(author) if author else None
+    params = {k: v for k, v in request.args.items() if k not in ("actor", "did")}
     if did is not None:  # Contrail's 3 s author backfill, paid from the same budget as getFeed's
         app = current_app._get_current_object()
-        authors.backfill_listing(app, collection, did, admit=lambda: budget.spend(app, request.remote_addr))
-    params = {k: v for k, v in request.args.items() if k not in ("actor", "did")}
+        listed = authors.backfill_listing(app, config, collection, did,
+                                          admit=lambda: budget.try_spend(app, request.remote_addr))
+        if listed is not None:  # an author nobody served follows: answered from the page, not stored
+            return jsonify(query.run(config, collection, params, query.listed_source(collection, listed)))
     return jsonify(query.run(config, collection, params, query.collection_source(collection, did)))
 
 
@@ -111,7 +116,7 @@ def get_record(short: str):
         parsed = None
     if parsed is None or not parsed.collection or not parsed.rkey:
         raise ApiError(400, "InvalidRequest", "uri must be at://<actor>/<collection>/<rkey>")
-    did = _resolve(parsed.did_or_handle)
+    did = _resolve(parsed.did_or_handle)  # a handle here is a lookup like any other: budgeted
     found = None
     if parsed.collection == collection.nsid:
         found = query.get_record(collection, f"at://{did}/{parsed.collection}/{parsed.rkey}")
