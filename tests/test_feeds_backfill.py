@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from feather.db import db
+from feather.db import current_dialect, db
 from feather.feeds import backfill
 from tests.fixtures.feeds.fake_pds import FakePds
 from tests.fixtures.feeds.feedkit import BASE_US, FOLLOW, feed_uris, feeds_app, ingest, iso, join_backfills, post, rows, toml
@@ -68,7 +68,7 @@ def test_a_completed_backfill_never_runs_again(app, pds):
 def age_claim(app, ms: int) -> None:
     """Move the claim's stamp back by ms: the backoff after a failure, without waiting for it."""
     with app.app_context(), db.connection_context():
-        db.execute_sql("UPDATE feed_backfills SET started_at = started_at - ?", (ms,))
+        db.execute_sql(current_dialect().q("UPDATE feed_backfills SET started_at = started_at - ?"), (ms,))
 
 
 def test_an_unfinished_listing_records_the_error_and_a_read_after_the_backoff_retries(app, pds):

@@ -84,7 +84,10 @@ class AttackerHost:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the service stopped reading at its body cap: that is the point
 
             do_POST = do_GET  # noqa: N815
 

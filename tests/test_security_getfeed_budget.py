@@ -90,11 +90,12 @@ def test_a_failed_backfill_is_claimed_again_after_its_backoff(app):
     read(app, "did:plc:reader")
     join_backfills(app)
     assert len(http.calls) == 1
-    from feather.db import db
+    from feather.db import current_dialect, db
 
     # The backoff is read from the row's stamp (the failure's time): age it instead of waiting.
     with app.app_context(), db.connection_context():
-        db.execute_sql("UPDATE feed_backfills SET started_at = started_at - ?", (backfill.RETRY_BASE_MS - 1000,))
+        db.execute_sql(current_dialect().q("UPDATE feed_backfills SET started_at = started_at - ?"),
+                       (backfill.RETRY_BASE_MS - 1000,))
     read(app, "did:plc:reader")
     join_backfills(app)
     assert len(http.calls) == 1  # 59 s after the failure: still resting
