@@ -273,3 +273,103 @@ def test_an_app_password_session_for_another_account_is_refused(fake):
         service.sign_in_password("alice.test", "abcd-efgh-ijkl-mnop")  # the same server, answering for alice
         assert service.grants.load(ALICE).kind == "password"
     assert str(refused.value) == "Your server did not complete the sign-in. Try again later."
+
+
+# --- the authorization-server metadata cache: anyone can name an issuer, so it is bounded
+
+def as_metadata(issuer, **override):
+    meta = {"issuer": issuer, "authorization_endpoint": f"{issuer}/oauth/authorize",
+            "token_endpoint": f"{issuer}/oauth/token", "pushed_authorization_request_endpoint": f"{issuer}/oauth/par",
+            "require_pushed_authorization_requests": True, "client_id_metadata_document_supported": True,
+            "authorization_response_iss_parameter_supported": True, "code_challenge_methods_supported": ["S256"],
+            "dpop_signing_alg_values_supported": ["ES256"], "scopes_supported": ["atproto"]}
+    return {**meta, **override}
+
+
+@pytest.fixture
+def issuers():
+    """One loopback server standing in for many issuers: `<url>/as<n>` each serves its own metadata."""
+    srv = FakeServer()
+
+    def make(n: int, **override) -> str:
+        issuer = f"{srv.url}/as{n}"
+        srv.route(f"GET /as{n}/.well-known/oauth-authorization-server", (200, {}, as_metadata(issuer, **override)))
+        return issuer
+
+    make.srv = srv
+    yield make
+    srv.close()
+
+
+def metadata_fetches(srv, issuer) -> int:
+    return len(srv.calls(f"GET {urlsplit(issuer).path}/.well-known/oauth-authorization-server"))
+
+
+def bare_client(**kw):
+    from feather.auth.oauth import ClientConfig, OAuthClient
+
+    return OAuthClient(loopback_client(), ClientConfig("http://localhost", "http://127.0.0.1/oauth/callback",
+                                                       "atproto"), **kw)
+
+
+def test_the_server_cache_holds_at_most_its_maximum_and_drops_the_oldest_issuer(issuers):
+    client = bare_client(max_servers=3)
+    names = [issuers(n) for n in range(5)]
+    for issuer in names:
+        assert client.server(issuer).token_endpoint == f"{issuer}/oauth/token"
+    assert len(client._servers) == 3
+    for issuer in names[2:]:  # the three newest are still held: no second fetch
+        client.server(issuer)
+    assert [metadata_fetches(issuers.srv, i) for i in names] == [1, 1, 1, 1, 1]
+    client.server(names[0])  # the oldest two were dropped: asked again
+    assert [metadata_fetches(issuers.srv, i) for i in names] == [2, 1, 1, 1, 1]
+    assert len(client._servers) == 3
+
+
+def test_a_cached_server_is_asked_again_once_its_ttl_has_passed(issuers):
+    now = [1000.0]
+    client = bare_client(clock=lambda: now[0], server_ttl=600.0)
+    issuer = issuers(0)
+    client.server(issuer)
+    now[0] = 1599.9
+    client.server(issuer)
+    assert metadata_fetches(issuers.srv, issuer) == 1
+    now[0] = 1600.0
+    client.server(issuer)
+    assert metadata_fetches(issuers.srv, issuer) == 2
+
+
+def test_an_endpoint_longer_than_2048_characters_is_refused_as_malformed_and_not_kept(issuers):
+    from feather.auth.oauth import MAX_URL_CHARS, OAuthError
+
+    client = bare_client()
+    base = issuers(0)
+    at_bound = issuers(1, token_endpoint=f"{base}/t/".ljust(MAX_URL_CHARS, "x"))
+    assert len(client.server(at_bound).token_endpoint) == 2048
+    for n, field_name in enumerate(("authorization_endpoint", "token_endpoint",
+                                    "pushed_authorization_request_endpoint", "revocation_endpoint"), start=2):
+        issuer = issuers(n, **{field_name: f"{base}/t/".ljust(MAX_URL_CHARS + 1, "x")})
+        with pytest.raises(OAuthError) as refused:
+            client.server(issuer)
+        assert refused.value.message == (f"The authorization server {issuer} lists an endpoint address too long "
+                                         "to be real."), field_name
+    assert len(client._servers) == 1  # only the server at the bound
+
+
+def test_a_revocation_endpoint_that_is_not_a_string_is_refused(issuers):
+    from feather.auth.oauth import OAuthError
+
+    issuer = issuers(0, revocation_endpoint={"url": "https://example.com/revoke"})
+    with pytest.raises(OAuthError) as refused:
+        bare_client().server(issuer)
+    assert refused.value.message == f"The authorization server {issuer} lists a malformed revocation endpoint."
+
+
+def test_an_issuer_longer_than_2048_characters_is_refused_before_any_request(issuers):
+    from feather.auth.oauth import OAuthError
+
+    issuer = f"{issuers.srv.url}/".ljust(2049, "a")
+    with pytest.raises(OAuthError) as refused:
+        bare_client().server(issuer)
+    assert refused.value.message == "That sign-in server's address is too long to be real."
+    assert issuers.srv.requests == []

@@ -14,6 +14,7 @@ from urllib.parse import urlencode, urlsplit
 
 from joserfc.jwk import ECKey
 
+from feather.atproto.cache import TtlCache
 from feather.auth import dpop
 from feather.config import ConfigError
 from feather.net import GuardedClient, NetError
@@ -22,7 +23,13 @@ from feather.parsing import ascii_int
 log = logging.getLogger(__name__)
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-_META_TTL = 600.0
+# Anyone can type an issuer into the sign-in form, so the metadata cache is bounded in time and
+# size, and what one entry keeps is bounded too: a real server's URLs are far shorter than this,
+# and without it a 256 KB metadata body could park 256 KB strings in memory per issuer.
+SERVER_TTL_SECS = 600.0
+MAX_SERVERS = 1_000
+MAX_URL_CHARS = 2_048
+_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "pushed_authorization_request_endpoint")
 
 
 class OAuthError(Exception):
@@ -105,9 +112,10 @@ class AuthServer:
 
 
 class OAuthClient:
-    def __init__(self, http: GuardedClient, config: ClientConfig):
+    def __init__(self, http: GuardedClient, config: ClientConfig, *, clock=time.monotonic,
+                 server_ttl: float = SERVER_TTL_SECS, max_servers: int = MAX_SERVERS):
         self.http, self.config = http, config
-        self._servers: dict[str, tuple[float, AuthServer]] = {}
+        self._servers = TtlCache(server_ttl, clock, max_entries=max_servers)  # issuer -> AuthServer
 
     # --- discovery
     def _get_json(self, url: str, what: str) -> dict:
@@ -130,8 +138,10 @@ class OAuthClient:
 
     def server(self, issuer: str) -> AuthServer:
         hit = self._servers.get(issuer)
-        if hit and hit[0] > time.monotonic():
-            return hit[1]
+        if hit is not None:
+            return hit
+        if len(issuer) > MAX_URL_CHARS:
+            raise OAuthError("That sign-in server's address is too long to be real.")
         meta = self._get_json(f"{issuer}/.well-known/oauth-authorization-server", "authorization-server metadata")
         if meta.get("issuer") != issuer:
             raise OAuthError(f"The authorization server at {issuer} claims to be {meta.get('issuer')!r}.")
@@ -147,13 +157,17 @@ class OAuthClient:
         ]
         if problems:
             raise OAuthError(f"The authorization server {issuer} does not support {', '.join(problems)}.")
-        endpoints = {k: meta.get(k) for k in ("authorization_endpoint", "token_endpoint",
-                                              "pushed_authorization_request_endpoint")}
+        endpoints = {k: meta.get(k) for k in _ENDPOINTS}
         if not all(isinstance(v, str) and v for v in endpoints.values()):
             raise OAuthError(f"The authorization server {issuer} lists no usable endpoints.")
+        revocation = meta.get("revocation_endpoint") or None  # optional: absent or empty means none
+        if revocation is not None and not isinstance(revocation, str):
+            raise OAuthError(f"The authorization server {issuer} lists a malformed revocation endpoint.")
+        if any(len(v) > MAX_URL_CHARS for v in (*endpoints.values(), revocation or "")):
+            raise OAuthError(f"The authorization server {issuer} lists an endpoint address too long to be real.")
         server = AuthServer(issuer, endpoints["authorization_endpoint"], endpoints["token_endpoint"],
-                            endpoints["pushed_authorization_request_endpoint"], meta.get("revocation_endpoint"))
-        self._servers[issuer] = (time.monotonic() + _META_TTL, server)
+                            endpoints["pushed_authorization_request_endpoint"], revocation)
+        self._servers.put(issuer, server)
         return server
 
     # --- requests to the authorization server
