@@ -1,10 +1,12 @@
 """GET /health: is this process able to serve a useful request, and is the service doing its work?
 
 It reads one real table page (a bare `SELECT 1` touches no page and would miss a corrupt
-file) under a 2 s budget, and reports version, each stream (cursor, host, connection, lag, last
-error), each job's recent runs and the pause state. Only a measured database failure makes it
-503; anything else wrong is `"status": "degraded"` with `reasons`, read
+file) under a 2 s budget, and reports version, each stream (cursor, host, connection, lag, whether
+and when it last failed), each job's recent runs and the pause state. Only a measured database
+failure makes it 503; anything else wrong is `"status": "degraded"` with `reasons`, read
 from what the worker processes publish (feather/status.py). No network call, ever.
+
+Anyone may read it, so it names no process (owner) and quotes no error: those are on /admin.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from flask import Blueprint, current_app, jsonify
 
 from feather import __version__
 from feather.db import current_dialect, db
-from feather.verdict import judge
+from feather.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
 
 log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
@@ -71,8 +73,8 @@ def probe() -> tuple[bool, dict]:
     saved = {name: {"cursor_time_us": cursor, "last_applied_at": applied, "paused": reason}
              for name, cursor, applied, reason in consumers}
     verdict = judge(saved, published, current_app.config["FEATHER"])
-    body["consumers"] = verdict.streams
-    body["jobs"] = verdict.jobs
+    body["consumers"] = {name: public(facts, PUBLIC_STREAM_FIELDS) for name, facts in verdict.streams.items()}
+    body["jobs"] = {name: public(facts, PUBLIC_JOB_FIELDS) for name, facts in verdict.jobs.items()}
     body["fetch_paused"] = any(reason for *_, reason in consumers)
     body["status"] = "degraded" if verdict.reasons else "ok"
     body["reasons"] = verdict.reasons

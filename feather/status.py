@@ -24,6 +24,8 @@ FORGET_SECS = 86400  # rows of processes gone this long are deleted
 
 
 def owner_name() -> str:
+    """hostname:pid: tells an operator which process runs what; /admin shows it, /health never does
+    (feather/verdict.py `public`)."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

@@ -5,6 +5,12 @@ returns each stream's and job's facts plus the reasons the service is degraded, 
 operator. A stream that is not connected, lags, or a job failing its last N runs is degraded;
 a stream with no account to follow (an empty sync shard) is idle by design, not degraded, and
 one whose reader has not taken its first step yet (just started) is not judged yet.
+
+Two audiences. /admin (operators) gets everything: which process owns each piece and the full
+last error, in the facts and appended to each reason (`detailed`). /health is public, and a raw
+error string can name a private host, a port, a path or an account, and an owner names a machine
+and a pid: `reasons` never carries error text, and `public()` copies only the listed fields of a
+fact, so a field added here later stays off /health until someone decides it is safe there.
 """
 from __future__ import annotations
 
@@ -19,7 +25,27 @@ class Verdict:
     streams: dict = field(default_factory=dict)
     jobs: dict = field(default_factory=dict)
     tasks: dict = field(default_factory=dict)
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # public: no error text
+    detailed: list[str] = field(default_factory=list)  # the same reasons with their last error, for /admin
+
+    def add(self, reason: str, error: str | None = None) -> None:
+        self.reasons.append(reason)
+        self.detailed.append(f"{reason} (last error: {error})" if error else reason)
+
+
+# What /health may show of a stream or a job: no owner, no error text (`had_error` and
+# `last_error_at` say that there was one, and when).
+PUBLIC_STREAM_FIELDS = ("cursor_time_us", "last_applied_at", "paused", "state", "host", "connected",
+                        "connected_since", "lag_secs", "events_per_sec", "last_error_at", "restarts", "idle")
+PUBLIC_JOB_FIELDS = ("state", "last_run_at", "last_duration_ms", "last_ok_at", "last_error_at", "runs",
+                     "failures", "streak", "every_secs")
+
+
+def public(facts: dict, fields: tuple[str, ...]) -> dict:
+    out = {k: facts[k] for k in fields if k in facts}
+    if "last_error" in facts:
+        out["had_error"] = bool(facts["last_error"])
+    return out
 
 
 def _ago(seconds: float) -> str:
@@ -29,10 +55,6 @@ def _ago(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds // 60} min"
     return f"{seconds // 3600} h"
-
-
-def _with_error(text: str, error: str | None) -> str:
-    return f"{text} (last error: {error})" if error else text
 
 
 def judge(saved: dict, published: dict, settings, now: float | None = None) -> Verdict:
@@ -48,18 +70,18 @@ def judge(saved: dict, published: dict, settings, now: float | None = None) -> V
 
     if not published:
         if settings.featherreader_disable_scheduler:
-            out.reasons.append("background workers are disabled (FEATHERREADER_DISABLE_SCHEDULER=1): "
-                               "nothing is ingested and no job runs")
+            out.add("background workers are disabled (FEATHERREADER_DISABLE_SCHEDULER=1): "
+                    "nothing is ingested and no job runs")
         else:
-            out.reasons.append("no process is running the background workers (or none has reported in the "
-                               "last 30 s): nothing is ingested and no job runs")
+            out.add("no process is running the background workers (or none has reported in the "
+                    "last 30 s): nothing is ingested and no job runs")
 
     for name in sorted(set(saved) | set(streams) | expected):
         facts = dict(saved.get(name) or {"cursor_time_us": None, "last_applied_at": None, "paused": None})
         row = streams.get(name)
         if row is None:
             if name in expected:
-                out.reasons.append(f"stream {name}: no process is running it")
+                out.add(f"stream {name}: no process is running it")
             if name in saved or name in expected:
                 facts["state"] = "not running"
                 out.streams[name] = facts
@@ -74,7 +96,8 @@ def judge(saved: dict, published: dict, settings, now: float | None = None) -> V
         if row.get("cursor_time_us") and (facts["cursor_time_us"] or 0) < row["cursor_time_us"]:
             facts["cursor_time_us"] = row["cursor_time_us"]  # applied, not saved yet
         out.streams[name] = facts
-        out.reasons.extend(_stream_reasons(name, row, facts, max_lag, now))
+        for reason, error in _stream_reasons(name, row, facts, max_lag, now):
+            out.add(reason, error)
 
     for name, rows in sorted(published.get("job", {}).items()):
         # A job claimed=False runs in every worker: judge each; show the freshest.
@@ -84,32 +107,33 @@ def judge(saved: dict, published: dict, settings, now: float | None = None) -> V
                                                  "streak", "every_secs", "owner")}
         for one in rows:
             if (one.get("streak") or 0) >= max_failures:
-                out.reasons.append(_with_error(f"job {name} failed its last {one['streak']} runs", one.get("last_error")))
+                out.add(f"job {name} failed its last {one['streak']} runs", one.get("last_error"))
                 break
 
     for name, row in sorted(tasks.items()):
         out.tasks[name] = {k: row.get(k) for k in ("state", "restarts", "last_error", "last_error_at", "owner")}
         if row.get("state") == "retrying":
-            out.reasons.append(_with_error(f"background task {name} is failing and being restarted",
-                                           row.get("last_error")))
+            out.add(f"background task {name} is failing and being restarted", row.get("last_error"))
     return out
 
 
-def _stream_reasons(name: str, row: dict, facts: dict, max_lag: int, now: float) -> list[str]:
+def _stream_reasons(name: str, row: dict, facts: dict, max_lag: int,
+                    now: float) -> list[tuple[str, str | None]]:
+    """(reason, the last error behind it or None) for one published stream."""
     paused = facts.get("paused") or (row.get("paused") and "paused")
     if paused:
-        return [f"stream {name}: paused by the disk watermark ({paused})"]
+        return [(f"stream {name}: paused by the disk watermark ({paused})", None)]
     if row.get("idle") or row.get("starting"):
         return []
     error = row.get("last_error")
     if not row.get("connected"):
         if not row.get("ever_connected"):
-            return [_with_error(f"stream {name} has not connected to Jetstream", error)]
+            return [(f"stream {name} has not connected to Jetstream", error)]
         since = row.get("disconnected_since") or now
         if now - since > DISCONNECTED_GRACE_SECS:
-            return [_with_error(f"stream {name} has been disconnected for {_ago(now - since)}", error)]
+            return [(f"stream {name} has been disconnected for {_ago(now - since)}", error)]
         return []
     lag = row.get("lag_secs")
     if lag is not None and lag > max_lag:
-        return [f"stream {name} is {_ago(lag)} behind the live stream (more than {max_lag} s)"]
+        return [(f"stream {name} is {_ago(lag)} behind the live stream (more than {max_lag} s)", None)]
     return []

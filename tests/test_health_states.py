@@ -52,11 +52,11 @@ def test_healthy_when_the_stream_is_connected_and_jobs_succeed(engine_for, jetst
     body = app.test_client().get("/health").get_json()
     assert (body["status"], body["reasons"]) == ("ok", [])
     stream = body["consumers"]["global"]
-    assert (stream["connected"], stream["host"], stream["last_error"], stream["restarts"]) == (
-        True, jetstream.url, None, 0)
+    assert (stream["connected"], stream["host"], stream["had_error"], stream["last_error_at"], stream["restarts"]) == (
+        True, jetstream.url, False, None, 0)
     assert stream["lag_secs"] is not None and stream["connected_since"] is not None
-    assert (body["jobs"]["tidy"]["streak"], body["jobs"]["tidy"]["runs"], body["jobs"]["tidy"]["last_error"]) == (
-        0, 1, None)
+    tidy = body["jobs"]["tidy"]
+    assert (tidy["streak"], tidy["runs"], tidy["had_error"], tidy["last_error_at"]) == (0, 1, False, None)
 
 
 def test_unreachable_jetstream_keeps_the_service_up_and_health_degraded(make_app, monkeypatch):
@@ -75,14 +75,14 @@ def test_unreachable_jetstream_keeps_the_service_up_and_health_degraded(make_app
         assert response.status_code == 200  # only a database failure is a 503
         body = response.get_json()
         assert body["status"] == "degraded"
-        assert len(body["reasons"]) == 1
-        assert body["reasons"][0].startswith(
-            f"stream global has not connected to Jetstream (last error: connect to {url} failed: ")
-        assert (body["consumers"]["global"]["connected"], body["consumers"]["global"]["host"]) == (False, url)
+        assert body["reasons"] == ["stream global has not connected to Jetstream"]  # the error is on /admin
+        global_ = body["consumers"]["global"]
+        assert (global_["connected"], global_["host"], global_["had_error"]) == (False, url, True)
         assert client.get("/about").status_code == 200  # the web side serves on
         sign_in(app, client, did=OPERATOR, handle="operator.test")
         html = client.get("/admin").get_data(as_text=True)
         assert "Overall: degraded" in html and "not connected" in html and url in html
+        assert f"stream global has not connected to Jetstream (last error: connect to {url} failed: " in html
     finally:
         engine.stop(timeout=5)
 
@@ -108,12 +108,11 @@ def test_a_job_failing_its_last_runs_makes_health_degraded_and_shows_on_admin(en
     publish(app, engine)
     body = client.get("/health").get_json()
     assert body["status"] == "degraded"
-    assert body["reasons"] == ["job sync-runner failed its last 3 runs (last error: RuntimeError: the relay said 502)"]
-    assert body["jobs"]["sync-runner"]["streak"] == 3
+    assert body["reasons"] == ["job sync-runner failed its last 3 runs"]
+    assert (body["jobs"]["sync-runner"]["streak"], body["jobs"]["sync-runner"]["had_error"]) == (3, True)
     sign_in(app, client, did=OPERATOR, handle="operator.test")
     html = client.get("/admin/status").get_data(as_text=True)
-    assert "job sync-runner failed its last 3 runs" in html
-    assert "RuntimeError: the relay said 502" in html
+    assert "job sync-runner failed its last 3 runs (last error: RuntimeError: the relay said 502)" in html
 
 
 class _Settings:
@@ -137,7 +136,7 @@ def _stream_row(**facts):
     ({"connected": False, "disconnected_since": 1000.0 - 59, "last_error": "reset"},
      ["stream sync:0: no process is running it"]),
     ({"connected": False, "disconnected_since": 1000.0 - 61, "last_error": "reset"},
-     ["stream global has been disconnected for 61 s (last error: reset)", "stream sync:0: no process is running it"]),
+     ["stream global has been disconnected for 61 s", "stream sync:0: no process is running it"]),
     ({"lag_secs": 300.0}, ["stream sync:0: no process is running it"]),
     ({"connected": False, "disconnected_since": 1000.0 - 60, "last_error": "reset"},
      ["stream sync:0: no process is running it"]),
@@ -150,6 +149,15 @@ def _stream_row(**facts):
 def test_verdict_names_lag_over_the_bound_and_disconnects_over_a_minute(facts, reasons):
     verdict = judge({}, _stream_row(**facts), _Settings(), now=1000.0)
     assert verdict.reasons == reasons
+
+
+def test_verdict_keeps_the_last_error_out_of_its_reasons_and_in_the_detailed_ones_for_admin():
+    verdict = judge({}, _stream_row(connected=False, disconnected_since=1000.0 - 61, last_error="reset"),
+                    _Settings(), now=1000.0)
+    assert verdict.reasons == ["stream global has been disconnected for 61 s",
+                               "stream sync:0: no process is running it"]
+    assert verdict.detailed == ["stream global has been disconnected for 61 s (last error: reset)",
+                                "stream sync:0: no process is running it"]
 
 
 def test_verdict_treats_an_idle_shard_as_fine_and_a_watermark_pause_as_degraded():

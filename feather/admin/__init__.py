@@ -2,7 +2,9 @@
 
 For the accounts in FEATHERREADER_ADMIN_DIDS, signed in the usual way; anyone else gets 403.
 Server-rendered and complete without JavaScript; htmx only re-fetches the status part in place
-every few seconds (/admin/status). The same verdict as /health (feather/verdict.py).
+every few seconds (/admin/status). The same verdict as /health (feather/verdict.py), told in
+full: which process owns each stream, job and task, and the last errors, which the public
+/health leaves out.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def gather() -> dict:
     verdict = judge(saved, status.read() if "worker_status" in tables else {}, settings)
     return {
         "status": "degraded" if verdict.reasons else "ok",
-        "reasons": verdict.reasons,
+        "reasons": verdict.detailed,
         "streams": verdict.streams,
         "jobs": verdict.jobs,
         "tasks": verdict.tasks,
