@@ -111,3 +111,39 @@ def test_a_failed_callback_spends_the_state_in_this_browser_too(fake):  # noqa: 
     assert r.status_code == 400
     assert b"This sign-in was not started in this browser, or was already used." in r.data
     assert fake.srv.calls("POST /oauth/token") == []
+
+
+def _sign_in_codes(client, addrs: list[str]) -> list[int]:
+    """POST /login with nothing typed from each address in turn: the limit is counted before anything
+    else (400 "Enter your handle" under it, 429 over it), so no network is needed."""
+    token = _csrf(client)
+    return [client.post("/login", data={"identifier": "", "csrf_token": token},
+                        environ_base={"REMOTE_ADDR": addr}).status_code for addr in addrs]
+
+
+def test_two_addresses_in_one_64_share_the_sign_in_limit_and_another_64_does_not(make_app):
+    client = make_app(FEATHERREADER_LOGIN_RATE_LIMIT=2).test_client()
+    assert _sign_in_codes(client, ["2001:db8:1:2::1", "2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::ffff",
+                                   "2001:db8:1:3::1", "2001:db8:1:3::2", "2001:db8:1:3::3"]) == [
+        400, 400, 429, 400, 400, 429]
+
+
+def test_the_three_sign_in_forms_count_in_one_64_bucket(make_app):
+    from feather.auth.service import SignInError
+
+    app = make_app(FEATHERREADER_LOGIN_RATE_LIMIT=2, FEATHERREADER_ALLOW_APP_PASSWORDS=True)
+    tried = []
+
+    def refuse(identifier, password):  # no PDS here: every password is wrong
+        tried.append(identifier)
+        raise SignInError("That password is not right.")
+
+    app.extensions["auth"].sign_in_password = refuse
+    client = app.test_client()
+    assert _sign_in_codes(client, ["2001:db8:9:9::1"]) == [400]
+    r = client.post("/login/password", data={"identifier": "alice.test", "password": "x", "csrf_token": _csrf(client)},
+                    environ_base={"REMOTE_ADDR": "2001:db8:9:9::2"})
+    assert r.status_code == 400 and tried == ["alice.test"]  # the second attempt in the /64: still let through
+    r = client.post("/api/session", json={"identifier": "alice.test", "password": "x"},
+                    headers={"X-CSRF-Token": _csrf(client)}, environ_base={"REMOTE_ADDR": "2001:db8:9:9::3"})
+    assert (r.status_code, r.json["error"]) == (429, "RateLimitExceeded") and tried == ["alice.test"]

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, current_app, jsonify, redirect, render_template, request, session, url_for
 from flask_wtf.csrf import generate_csrf
 
+from feather.addresses import client_key
 from feather.errors import ApiError
 from feather.security import CSP
 from feather.auth.dpop import public_jwks
@@ -59,7 +60,8 @@ def _page(template: str, status: int = 200, **context):
 
 
 def _rate_limited() -> bool:
-    return over_rate_limit(f"login:{request.remote_addr}", _settings().featherreader_login_rate_limit)
+    # By /64 for IPv6 (feather/addresses.py): one client can hold every address in its /64.
+    return over_rate_limit(f"login:{client_key(request.remote_addr)}", _settings().featherreader_login_rate_limit)
 
 
 @bp.get("/login")

@@ -14,6 +14,8 @@ from collections import deque
 
 from flask import current_app, request
 
+from feather import addresses
+
 WINDOW_SECS = 300.0
 
 
@@ -73,4 +75,5 @@ def opt_out_limiter() -> RateLimiter:
 
 
 def client_key() -> str:
-    return request.remote_addr or "unknown"
+    """The address this request is counted under: an IPv6 client by its /64 (feather/addresses.py)."""
+    return addresses.client_key(request.remote_addr)
