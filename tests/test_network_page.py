@@ -31,31 +31,22 @@ def seed(app, feeds: dict[str, int], start=0):
 
 
 class Directory:
-    """The network's identity directory as the opt-out sees it: DIDs in `existing` have a DID
-    document (all of them when None); any other DID is an account nobody made."""
+    """The network's handles as the opt-out sees them: `handles` maps each one that resolves to its
+    DID. A DID is never looked up: the opt-out takes it as typed (test_network_consent.py)."""
 
-    def __init__(self, existing=None, handles=None):
-        self.existing, self.handles = existing, handles or {}
+    def __init__(self, handles=None):
+        self.handles = handles or {}
 
-    def resolve_actor(self, ident):
-        from feather.atproto.identity import IdentityError
+    def resolve_handle(self, handle):
+        from feather.atproto.identity import UnresolvableHandle
 
-        if ident.startswith("did:"):
-            return ident
-        if ident not in self.handles:
-            raise IdentityError(f"The handle {ident} does not resolve.", ident)
-        return self.handles[ident]
-
-    def resolve_did(self, did):
-        from feather.atproto.identity import UnresolvableDid
-
-        if self.existing is not None and did not in self.existing:
-            raise UnresolvableDid(f"No DID document for {did}.", did)
-        return object()
+        if handle not in self.handles:
+            raise UnresolvableHandle(f"The handle {handle} does not resolve.", handle)
+        return self.handles[handle]
 
 
-def with_directory(app, existing=None, handles=None):
-    app.extensions["identity_resolver"] = Directory(existing, handles)
+def with_directory(app, handles=None):
+    app.extensions["identity_resolver"] = Directory(handles)
     return app
 
 
@@ -181,25 +172,6 @@ def test_opt_out_resolves_a_handle_to_its_did(page_app):
     assert resp.status_code == 303
     with db.connection_context():
         assert db.execute_sql("SELECT did FROM net_optout").fetchall() == [("did:plc:alice",)]
-
-
-def test_opting_out_an_account_nobody_made_says_so_whether_or_not_the_did_was_indexed(page_app):
-    seed(page_app, {"https://gone.example/feed": 5})  # did:plc:s0 … s4 are indexed
-    with_directory(page_app, existing=set())  # and none of them resolves any more, nor does the invented one
-    client = page_app.test_client()
-    token = csrf(client, "/network/opt-out")
-    answers = []
-    for did in ("did:plc:s0", "did:plc:invented"):
-        resp = client.post("/network/opt-out", data={"handle": did, "csrf_token": token})
-        html = resp.get_data(as_text=True)
-        assert resp.status_code == 400 and "You are opted out" not in html
-        answers.append(re.search(r'<p class="flash notice error" role="alert" id="handle-error">([^<]*)</p>', html).group(1))
-    assert answers == [
-        f"No account called {did} could be found on the network, so nothing was changed. Check the spelling: "
-        "a handle looks like alice.bsky.social, a DID like did:plc:abc123." for did in ("did:plc:s0", "did:plc:invented")]
-    with db.connection_context():
-        assert db.execute_sql("SELECT count(*) FROM net_optout").fetchone()[0] == 0
-        assert db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0] == 5
 
 
 def test_opt_out_without_the_csrf_token_is_refused(page_app):

@@ -27,8 +27,9 @@ Steps:
      enumeration, no DID read again, H2 read.
   4. X opts out at the same moment as new records (X's among them) flow in, and so does U; after
      X's opt-out X writes again, to the feed that sits exactly on the floor; N2 moves a record to
-     another feed (an update). The confirmations for X (indexed) and U (never indexed) must be the
-     same bytes; an unresolvable handle gets the one "could not be found" sentence.
+     another feed (an update). The confirmations for X (indexed), U (never indexed) and a DID whose
+     document is gone (opted out with nothing fetched) must be the same bytes; an unresolvable
+     handle gets its own "could not be looked up" sentence.
   5. N1 (signed in before the kill; the session survives it): /network/me lists N1's records
      straight off the PDS, the secret one flagged; the operator page says the rebuild is done over
      all eight accounts. N1 asks to be named (the form, with its token) and is named by handle;
@@ -447,18 +448,22 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
 
     # 4. X and U opt out at the same moment as new subscriptions (X's own among them) flow in.
     stranger = f"nobody-{secrets.token_hex(3)}.test"
+    # A DID the PLC directory has no document for (404 through the fake): opted out as typed.
+    gone = "did:plc:" + "".join(random.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(24))
     jobs = [gevent.spawn(opt_out, svc, acct["X"].handle), gevent.spawn(opt_out, svc, acct["U"].handle),
             gevent.spawn(subscribe, "X", "new"), gevent.spawn(subscribe, "N3", "new"),
-            gevent.spawn(opt_out, svc, stranger)]
+            gevent.spawn(opt_out, svc, stranger), gevent.spawn(opt_out, svc, gone)]
     gevent.joinall(jobs, raise_error=True)
-    seen_x, seen_u, seen_stranger = jobs[0].value, jobs[1].value, jobs[4].value
+    seen_x, seen_u, seen_stranger, seen_gone = jobs[0].value, jobs[1].value, jobs[4].value, jobs[5].value
     opted_out_ok(seen_x, "X")
     opted_out_ok(seen_u, "U")
     model.opted_out |= {did["X"], did["U"]}
-    assert (seen_x["status"], seen_x["location"], seen_x["body"]) == \
-        (seen_u["status"], seen_u["location"], seen_u["body"]), \
-        "the opt-out confirmation differs between an indexed account and one that never was"
-    assert seen_stranger["status"] == 400 and "could be found" in seen_stranger["body"], seen_stranger
+    for seen, who in ((seen_u, "one that never was"), (seen_gone, "a DID whose document is gone")):
+        assert (seen_x["status"], seen_x["location"], seen_x["body"]) == \
+            (seen["status"], seen["location"], seen["body"]), \
+            f"the opt-out confirmation differs between an indexed account and {who}"
+    assert net.did_doc_calls(gone) == [], "the opt-out by DID fetched its DID document"
+    assert seen_stranger["status"] == 400 and "could not be looked up" in seen_stranger["body"], seen_stranger
     waits = [jobs[2].value[2], jobs[3].value[2]]
     # X's after its opt-out committed: `at` sits exactly on the floor, so one more would show.
     waits += [subscribe("X", "at")[2], subscribe("N1", "late")[2]]
@@ -505,8 +510,8 @@ def scenario(pds, net: FakeNetwork, js: FakeJetstream, tap: Tap, svc: ServicePro
     assert did["H2"] in since, f"the resumed rebuild never read H2: {since}"
     for role in ("E", "H1", "P4"):
         assert did[role] not in since, f"the rebuild started over after the restart: it read {role} again ({since})"
-    assert net.did_doc_calls(did["Y"]) == [did["Y"]], \
-        "Y's DID document was asked for again after its opt-out resolved it: the rebuild did not skip Y first"
+    assert net.did_doc_calls(did["Y"]) == [], \
+        "Y's DID document was asked for: the opt-out needs only the DID its handle names, and the rebuild skips Y"
     assert len(net.relay_calls()) == 1, f"the relay was enumerated again after the restart: {net.relay_calls()}"
 
     # 6. The fake Jetstream drops every connection: reconnect with an overlap, then a later record.

@@ -69,6 +69,12 @@ def is_opted_out(did: str) -> bool:
     return db.execute_sql(_q("SELECT 1 FROM net_optout WHERE did = ?"), (did,)).fetchone() is not None
 
 
+def opted_out_at(did: str) -> int | None:
+    """When the DID's opt-out was recorded (microseconds), or None when it has none."""
+    row = db.execute_sql(_q("SELECT created_at FROM net_optout WHERE did = ?"), (did,)).fetchone()
+    return row[0] if row else None
+
+
 def rows_for_did(did: str) -> int:
     return db.execute_sql(_q("SELECT count(*) FROM net_subscription WHERE did = ?"), (did,)).fetchone()[0]
 
@@ -185,6 +191,18 @@ def opt_out(did: str) -> int:
     removed = delete_did(did, touched)
     refresh_rollup(touched)
     return removed
+
+
+def clear_opt_out(did: str) -> bool:
+    """Forget the DID's opt-out (the signed-in owner's request); True when there was one.
+
+    Nothing else is written: the rows the opt-out deleted come back only through the catalogue's
+    own paths (live events from now on, the next rebuild), and attribution stays off until the
+    owner asks again. Under the DID's lock, so a batch or rebuild writing this DID sees the
+    opt-out either still there or gone, never half."""
+    lock_did(did)
+    cur = db.execute_sql(_q("DELETE FROM net_optout WHERE did = ?"), (did,))
+    return bool(cur.rowcount)
 
 
 def set_attribution(did: str, handle: str | None, on: bool) -> None:

@@ -109,8 +109,36 @@ def count():
     return jsonify({"url": canonical, **({"subscribers": n} if n is not None else {})})
 
 
-UNRESOLVED = ("No account called {} could be found on the network, so nothing was changed. Check the "
-              "spelling: a handle looks like alice.bsky.social, a DID like did:plc:abc123.")
+NOT_A_DID = "{} is not a valid DID, so nothing was changed. A DID looks like did:plc:abc123."
+NOT_A_NAME = ("{} is neither a handle nor a DID, so nothing was changed. A handle looks like alice.bsky.social, "
+              "a DID like did:plc:abc123.")
+UNRESOLVED_HANDLE = ("The handle {} could not be looked up (it may be misspelt, or its server may not be answering), "
+                     "so nothing was changed. Check the spelling, or enter the account's DID instead (like "
+                     "did:plc:abc123): an opt-out by DID needs no lookup.")
+
+
+def opt_out_target(text: str) -> tuple[str | None, str | None]:
+    """(the DID to opt out, None), or (None, the sentence saying why nothing was done).
+
+    A valid DID is taken as typed, with nothing fetched: an opt-out only removes data, so it must
+    work while the PLC directory is down or the account's document is gone, and asking the network
+    first would make the answer depend on the account. A handle has to be looked up to name a DID;
+    one direction is enough (whoever could point a handle at a DID could type the DID)."""
+    from feather.atproto.syntax import is_valid_did, is_valid_handle
+
+    if text.startswith("did:"):
+        if not is_valid_did(text):
+            return None, NOT_A_DID.format(text)
+        # did:plc identifiers are lower-case base32: a DID typed in capitals is still that account
+        return (text.lower() if text.startswith("did:plc:") else text), None
+    if not is_valid_handle(text):
+        return None, NOT_A_NAME.format(text)
+    from feather.atproto.identity import IdentityError, resolver_for
+
+    try:
+        return resolver_for(current_app).resolve_handle(text), None
+    except IdentityError:
+        return None, UNRESOLVED_HANDLE.format(text)
 
 
 @bp.route("/network/opt-out", methods=["GET", "POST"])
@@ -123,16 +151,10 @@ def opt_out():
                                error="Too many attempts from your address. Wait a few minutes and try again."), 429
     if not handle:
         return render_template("network/opt_out.html", handle="", error="Enter your handle or DID."), 400
-    from feather.atproto.identity import IdentityError, resolver_for
-
-    try:
-        resolver = resolver_for(current_app)
-        did = resolver.resolve_actor(handle)
-        resolver.resolve_did(did)  # an invented DID is no account: say so rather than "opted out"
-    except IdentityError:
-        # The same sentence whatever went wrong, and before any catalogue read: it says nothing about
-        # whether an account by that name was indexed.
-        return render_template("network/opt_out.html", handle=handle, error=UNRESOLVED.format(handle)), 400
+    did, error = opt_out_target(handle)
+    if did is None:
+        # Said before any catalogue read: nothing in it depends on whether the account was indexed.
+        return render_template("network/opt_out.html", handle=handle, error=error), 400
     with db.atomic():
         store.opt_out(did)
     # The same answer for every input, and no DID in the log: whether (and how much of) an
@@ -148,21 +170,41 @@ def opted_out():
 
 @bp.route("/network/attribution", methods=["GET", "POST"])
 def attribution():
+    """The signed-in account's own catalogue choices: being named, and clearing its opt-out.
+
+    Both act on the session's DID only, never on one a form names: anyone may opt anyone out
+    (it only removes data), so only the account itself may undo that."""
     user = consent.current_user()
     if user is None:
         return render_template("network/attribution.html", user=None), 401
     if request.method == "POST":
+        if request.form.get("opt_out") == "clear":
+            return _clear_opt_out(user)
         on = request.form.get("attribution") == "on"
         with db.atomic():
             if on and store.is_opted_out(user["did"]):
-                flash("You opted out of indexing, so there is nothing to attribute.", "error")
+                flash("You opted out of indexing, so there is nothing to attribute. Clear your opt-out first "
+                      "(below), then choose again.", "error")
             else:
                 store.set_attribution(user["did"], user.get("handle"), on)
                 flash("You may now be named next to feeds you subscribe to." if on
                       else "You will not be named anywhere.", "ok")
         return redirect(url_for("network.attribution"), code=303)
     return render_template("network/attribution.html", user=user, attributed=store.is_attributed(user["did"]),
-                           opted_out=store.is_opted_out(user["did"]))
+                           opted_out_us=store.opted_out_at(user["did"]))
+
+
+def _clear_opt_out(user: dict):
+    with db.atomic():
+        cleared = store.clear_opt_out(user["did"])
+    if cleared:
+        log.info("network: an account cleared its opt-out")
+        flash("Your opt-out is cleared. Records you publish or change from now on are counted anonymously, the ones "
+              "you already have come back at this instance's next rebuild of the catalogue, and you are named only "
+              "if you ask to be, below.", "ok")
+    else:  # a second tab, or a double click: say what is true now
+        flash("You have no opt-out to clear: you are counted anonymously unless you choose to be named.", "ok")
+    return redirect(url_for("network.attribution"), code=303)
 
 
 @bp.get("/network/me")
@@ -181,7 +223,7 @@ def my_records():
         log.info("network: could not read %s's records: %s", user["did"], exc)
         records, error = [], "Your PDS could not be read just now. Try again later."
     return render_template("network/me.html", user=user, records=records, error=error,
-                           opted_out=store.is_opted_out(user["did"]))
+                           opted_out_us=store.opted_out_at(user["did"]))
 
 
 def _retry_opt_out(sentence: str):
