@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 JETSTREAM_PORT ?= 6008
 PYTHON ?= python3
 
-.PHONY: run test install worker demo bench clean
+.PHONY: run test nightly install worker demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ demo: install
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The tests that read the public atproto network (marked `live`; every other run deselects them).
+# Scheduled nightly by .github/workflows/nightly.yml, never on a pull request.
+nightly: install
+	FEATHER_LIVE_NETWORK=1 $(BIN)/pytest -m live $(PYTEST_ARGS)
 
 # Node 22 from the npm registry (pinned by bench/contrail/package-lock.json): node:sqlite for the
 # Contrail-shaped side of bench/fanout.py and bench/getfeed.py. A failure is not fatal ("-"): the

@@ -23,13 +23,18 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `once` give the same answer whichever database runs (they never touch it, or
     they pin their own SQLite file, or they check rendering that the HTTP tests also cover on
     PostgreSQL): CI runs them on the SQLite pass and deselects them on the PostgreSQL pass, which
-    keeps the two passes inside CI's time budget. Deselected, not skipped: nothing is counted."""
-    if not PG_URL:
-        return
-    once = [item for item in items if item.get_closest_marker("once")]
-    if once:
-        config.hook.pytest_deselected(items=once)
-        items[:] = [item for item in items if not item.get_closest_marker("once")]
+    keeps the two passes inside CI's time budget. Deselected, not skipped: nothing is counted.
+
+    Tests marked `live` read the public network: only the nightly run (`make nightly`, which sets
+    FEATHER_LIVE_NETWORK=1) selects them; every other run deselects them the same way."""
+    drop = []
+    if os.environ.get("FEATHER_LIVE_NETWORK") != "1":
+        drop += [item for item in items if item.get_closest_marker("live")]
+    if PG_URL:
+        drop += [item for item in items if item.get_closest_marker("once") and item not in drop]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
 
 
 @pytest.fixture(scope="session")
