@@ -22,7 +22,6 @@ MUTABLE_CALLS = {"dict", "set", "OrderedDict", "defaultdict", "Counter", "ChainM
                  "WeakKeyDictionary"}
 
 CONSTANT = "constant table, never written"
-OWNED_ELSEWHERE = "TODO: owned elsewhere"
 ALLOWED = {
     # bounded
     "feather/atproto/cache.py::TtlCache._data": "bounded: the TtlCache itself (ttl and max_entries)",
@@ -91,9 +90,8 @@ ALLOWED = {
     "feather/sync/apps.py::BY_FOLLOW": CONSTANT,
     "feather/sync/personal.py::EXPORT_COLUMNS": CONSTANT,
     # unbounded, in modules other engineers own right now
-    "feather/network/consent.py::RateLimiter._hits": OWNED_ELSEWHERE,
-    "feather/network/httpclient.py::PacedClient._next": OWNED_ELSEWHERE,
-    "feather/network/httpclient.py::PacedClient.requests": OWNED_ELSEWHERE,
+    "feather/network/consent.py::RateLimiter._hits": "bounded: LRU of max_clients addresses",
+    "feather/network/httpclient.py::PacedClient._next": "bounded: past MAX_HOSTS, hosts whose slot passed are dropped",
 }
 
 
@@ -240,3 +238,31 @@ def test_ttl_cache_drops_expired_entries_on_put_without_being_asked_for_them():
     now[0] = 10.0
     cache.put("fresh", 1)
     assert (len(cache), cache.get("fresh")) == (1, 1)
+
+
+def test_the_opt_out_limiter_remembers_at_most_max_clients_and_forgets_the_least_recently_seen():
+    from feather.network.consent import RateLimiter
+
+    limiter = RateLimiter(1, window=300, clock=lambda: 0.0, max_clients=2)
+    assert [limiter.allow("a"), limiter.allow("b"), limiter.allow("a"), limiter.allow("c")] == [True, True, False, True]
+    assert list(limiter._hits) == ["a", "c"]  # b, seen longest ago, was forgotten; a was seen again
+    assert [limiter.allow("b"), limiter.allow("c")] == [True, False]  # b starts over; c is still counted
+
+
+def test_the_paced_client_forgets_hosts_whose_turn_has_passed_once_it_holds_many():
+    from feather.network import httpclient
+
+    class Http:
+        allow_private_network = False
+
+        def request(self, method, url, **kwargs):
+            return None
+
+    now = [0.0]
+    paced = httpclient.PacedClient(Http(), interval=1.0, clock=lambda: now[0], sleep=lambda s: None)
+    for i in range(httpclient.MAX_HOSTS):
+        paced.get(f"https://h{i}.example/x")
+    assert len(paced._next) == httpclient.MAX_HOSTS
+    now[0] = 5.0  # every slot (1.0) has passed
+    paced.get("https://late.example/x")
+    assert paced._next == {"late.example": 6.0}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 from flask import current_app, request
 
@@ -34,24 +34,28 @@ def current_user() -> dict | None:
 
 
 class RateLimiter:
-    """N attempts per client address per window, in this process (like the login limit)."""
+    """N attempts per client address per window, in this process (like the login limit).
 
-    def __init__(self, limit: int, window: float = WINDOW_SECS, clock=time.monotonic):
-        self.limit, self.window, self.clock = limit, window, clock
-        self._hits: dict[str, deque] = {}
+    At most max_clients addresses are remembered, the least recently seen forgotten first: under a
+    spray of addresses the oldest is the one that matters least (it starts over with a full allowance)."""
+
+    def __init__(self, limit: int, window: float = WINDOW_SECS, clock=time.monotonic, max_clients: int = 10_000):
+        self.limit, self.window, self.clock, self.max_clients = limit, window, clock, max_clients
+        self._hits: OrderedDict[str, deque] = OrderedDict()
         self._lock = threading.Lock()
 
     def allow(self, key: str) -> bool:
         now = self.clock()
         with self._lock:
-            hits = self._hits.setdefault(key, deque())
+            hits = self._hits.pop(key, None) or deque()
+            self._hits[key] = hits  # most recently seen last
+            while len(self._hits) > self.max_clients:
+                self._hits.popitem(last=False)
             while hits and hits[0] <= now - self.window:
                 hits.popleft()
             if len(hits) >= self.limit:
                 return False
             hits.append(now)
-            if len(self._hits) > 10_000:  # bounded memory under a spray of addresses
-                self._hits = {k: v for k, v in self._hits.items() if v and v[-1] > now - self.window}
             return True
 
 

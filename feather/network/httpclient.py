@@ -21,6 +21,9 @@ def client_from_settings(settings) -> GuardedClient:
     return http_client_from_settings(settings)
 
 
+MAX_HOSTS = 1024  # past this many, hosts whose slot has passed are forgotten
+
+
 class PacedClient:
     """Duck-types GuardedClient (request/get/post) and spaces requests to one host by `interval`."""
 
@@ -29,9 +32,10 @@ class PacedClient:
         self.http = http
         self.interval = interval
         self.clock, self.sleep = clock, sleep
+        # host -> when its next request may go. A slot in the past means "now", so those are dropped
+        # once there are many: a rebuild meets as many hosts as the relays list accounts.
         self._next: dict[str, float] = {}
         self._lock = gevent.lock.Semaphore()
-        self.requests: dict[str, int] = {}
 
     @property
     def allow_private_network(self) -> bool:
@@ -43,7 +47,8 @@ class PacedClient:
             now = self.clock()
             slot = max(now, self._next.get(host, 0.0))
             self._next[host] = slot + self.interval
-            self.requests[host] = self.requests.get(host, 0) + 1
+            if len(self._next) > MAX_HOSTS:
+                self._next = {h: t for h, t in self._next.items() if t > now}
         if slot > now:
             self.sleep(slot - now)
 
