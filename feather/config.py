@@ -71,7 +71,9 @@ SETTINGS: tuple[Setting, ...] = (
             "a full `ws://` or `wss://` URL is used as is, and one with no path gets `/subscribe`."),
     Setting("FEATHERREADER_DB_SIZE_WATERMARK_BYTES", whole(0), "0",
             "When the database reaches this size, consumers stop writing and disconnect, re-checking "
-            "every 60 s. 0 disables the check."),
+            "every 60 s; the catalogue is pruned first and its rebuild waits. 0 (the default): the same "
+            "happens when the disk holding the SQLite file has less than the larger of 1 GiB or 5 % free "
+            "(on PostgreSQL, whose disk Feather cannot see, set a size here)."),
     Setting("FEATHERREADER_ADMIN_DIDS", names, "",
             "Comma-separated DIDs of this instance's operators: once signed in they may open `/admin` (the "
             "status page) and publish feed generators. Empty: nobody; everyone else gets 403."),

@@ -153,19 +153,17 @@ class Engine:
                 log.exception("jetstream: watermark check failed")
 
     def check_watermark(self) -> bool:
-        """Pause every stream at or above the watermark; resume when back under. True if paused."""
-        limit = self.settings.featherreader_db_size_watermark_bytes
-        if not limit:
-            return False
+        """Pause every stream under disk pressure (feather/diskguard.py: the byte watermark, or by
+        default the disk's free space); resume when it is gone. True if paused."""
+        from feather import diskguard
+
         with self.app.app_context(), _connection():
-            size = store.db_size_bytes()
-            over = size >= limit
-            if over and not self.watermark_paused:
-                log.warning("jetstream: database is %d bytes, at or above the %d-byte watermark; "
-                            "consumers stop writing and disconnect until it is back under", size, limit)
-                self._set_paused(f"database size {size} >= watermark {limit}")
-            elif not over and self.watermark_paused:
-                log.info("jetstream: database is %d bytes, under the watermark again; resuming", size)
+            found = diskguard.pressure(self.settings)
+            if found is not None and not self.watermark_paused:
+                log.warning("jetstream: %s; consumers stop writing and disconnect until it is relieved", found.reason)
+                self._set_paused(found.reason)
+            elif found is None and self.watermark_paused:
+                log.info("jetstream: the disk pressure is relieved; resuming")
                 self._set_paused(None)
         return self.watermark_paused
 

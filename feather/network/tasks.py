@@ -39,7 +39,7 @@ def rebuild_tick(settings, kit: rebuild.Kit | None = None) -> None:
     size = over_watermark(settings)
     if size is not None:
         # The reader always wins the disk: a rebuild writes rows, the prune would delete them.
-        log.info("network rebuild: waiting, the database is over the size watermark (%d bytes)", size)
+        log.info("network rebuild: waiting, the disk is under pressure (the database %d bytes)", size)
         return
     if store.get_state("backfill.status") not in ("running", "retry"):
         rebuild.start(reason)
@@ -68,28 +68,29 @@ def db_size() -> int:
 
 
 def over_watermark(settings) -> int | None:
-    """The database's size when it is at or over FEATHERREADER_DB_SIZE_WATERMARK_BYTES, else None."""
-    limit = settings.featherreader_db_size_watermark_bytes
-    if not limit:
-        return None
-    size = db_size()
-    return size if size >= limit else None
+    """The database's size while the disk is under pressure (feather/diskguard.py), else None."""
+    from feather import diskguard
+
+    found = diskguard.pressure(settings)
+    return None if found is None else found.size
 
 
 def prune_for_disk_pressure(settings) -> int:
-    """Over the size watermark, drop the oldest catalogue rows until the database is back under.
+    """Under disk pressure (the byte watermark, or the disk's free space), drop the oldest catalogue
+    rows until it is relieved.
 
     A slice at a time (10 %, at least 1,000 rows), each followed by reclaiming the space and
     measuring again, so it stops as soon as it is under: the engine's own watermark check
     (the same measure) then resumes the streams. The reader's data is never touched here; if
     the catalogue is gone and the database is still over, that is the reader's to solve.
     """
-    limit = settings.featherreader_db_size_watermark_bytes
-    size = over_watermark(settings)
-    if size is None:
+    from feather import diskguard
+
+    found = diskguard.pressure(settings)
+    if found is None:
         return 0
-    start, removed = size, 0
-    while size >= limit:
+    start, removed, reason = found.size, 0, found.reason
+    while found is not None:
         total = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
         if not total:
             break
@@ -99,9 +100,8 @@ def prune_for_disk_pressure(settings) -> int:
                                           touched)
             store.refresh_rollup(touched)
         current_dialect().reclaim(db, CATALOGUE_TABLES)
-        size = db_size()
+        found = diskguard.pressure(settings)
     if removed:
-        log.warning("network: database was %d bytes (watermark %d): pruned the %d oldest catalogue rows first; "
-                    "now %d bytes%s", start, limit, removed, size,
-                    "" if size < limit else ", still over: the catalogue is empty")
+        log.warning("network: %s (the database %d bytes): pruned the %d oldest catalogue rows first; now %d bytes%s",
+                    reason, start, removed, db_size(), "" if found is None else ", still pressed: the catalogue is empty")
     return removed
