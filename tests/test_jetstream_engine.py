@@ -246,3 +246,57 @@ def test_the_last_account_leaving_closes_the_connection_quietly_and_idles(engine
     dids_file.write_text("did:plc:bob\n")
     wait_until(connected(jetstream), timeout=15, message="a connection once an account is back")
     assert jetstream.stats()["opened"][-1]["wantedDids"] == 1
+
+
+def test_the_cursor_is_saved_with_a_batch_at_most_once_a_second(engine_for, jetstream, monkeypatch):
+    """The writer's clock is held still and moved by hand: batches within a second of the last save
+    carry no cursor; the first one a full second (CURSOR_SAVE_SECS) later does."""
+    from types import SimpleNamespace
+
+    from feather.jetstream import store
+
+    clock = [1000.0]
+    monkeypatch.setattr(writer, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(writer, "BATCH_EVENTS", 10)
+    saved_with: list[bool] = []
+    real = store.apply_batch
+    monkeypatch.setattr(store, "apply_batch", lambda sub, batch, cursor: (
+        saved_with.append(cursor is not None), real(sub, batch, cursor))[1])
+    app, engine = engine_for()
+    engine.start()
+    stream = engine.streams["global"]
+    wait_until(connected(jetstream), message="connection")
+
+    def burst(n: int, tag: str) -> list[bool]:
+        before = len(saved_with)
+        last = jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", f"{tag}{i}", "create")
+                                 for i in range(n)])
+        wait_until(lambda: stream.cursor is not None and stream.cursor.time_us == last, message=f"{tag} applied")
+        with db.connection_context():  # and saved once the stream went quiet (the idle save)
+            wait_until(lambda: store.load_cursor("global").time_us == last, message=f"{tag} saved")
+        return saved_with[before:]
+
+    first = burst(100, "a")  # at 1000.0: the first batch saves (nothing saved yet), no other does
+    assert len(first) >= 10 and first == [True] + [False] * (len(first) - 1)
+    clock[0] = 1000.5  # the idle save above stamped 1000.0
+    assert set(burst(10, "b")) == {False}
+    clock[0] = 1001.25  # 0.75 s after the last save (the idle one at 1000.5)
+    assert set(burst(10, "c")) == {False}
+    clock[0] = 1002.25  # exactly a second after it
+    assert burst(10, "d")[0] is True
+
+
+def test_the_channel_between_socket_and_writer_holds_1024_events(engine_for, jetstream, monkeypatch):
+    """The writer is stuck on its first batch: the reader queues until the channel is full, and the
+    event that does not fit drops the connection (Jetstream replays it)."""
+    monkeypatch.setattr(consumer, "QUEUE_FULL_GRACE_SECS", 0)
+    monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 5.0)
+    app, engine = engine_for()
+    engine.start()
+    stream = engine.streams["global"]
+    wait_until(connected(jetstream), message="connection")
+    jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "first", "create")])
+    wait_until(lambda: mirror_feature.batches_applied or stream.queue.qsize() == 0, message="the writer took it")
+    jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", f"q{i}", "create") for i in range(2000)])
+    wait_until(lambda: stream.stats["queue_full"] >= 1, timeout=5, message="the channel filled")
+    assert stream.queue.qsize() == consumer.QUEUE_SIZE == 1024
