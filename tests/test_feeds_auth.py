@@ -148,3 +148,51 @@ def test_service_auth_refuses_a_service_did_that_is_not_a_did(make_app, tmp_path
         feeds_app(make_app, tmp_path, toml(), FEED_SERVICE_AUTH=True, FEATHERREADER_FEED_SERVICE_DID="feeds.example.com")
     assert str(err.value) == ("FEATHERREADER_FEED_SERVICE_DID: FEED_SERVICE_AUTH=1 needs this service's DID "
                               "(the `aud` of getFeed tokens)")
+
+
+DOES_NOT_DECODE = {"error": "BadJwt", "message": "The service-auth token does not decode."}
+
+
+@pytest.mark.parametrize("part", ["header", "claims"])
+def test_a_segment_of_5000_brackets_is_a_401_with_the_xrpc_error_not_a_500(app, part):
+    # 6,668 base64url characters: inside gunicorn's 8,190-byte header line, and 5x what json.loads
+    # recurses through before a RecursionError.
+    deep = b64(b"[" * 5000)
+    head, claims, sig = mint(P256).split(".")
+    token = f"{deep}.{claims}.{sig}" if part == "header" else f"{head}.{deep}.{sig}"
+    assert len(f"Authorization: Bearer {token}") < 8190
+    response = get_feed(app, token)
+    assert (response.status_code, response.json) == (401, DOES_NOT_DECODE)
+    assert response.headers["WWW-Authenticate"] == 'Bearer error="invalid_token"'
+
+
+EXPIRED = {"error": "JwtExpired", "message": "The service-auth token has expired."}
+LIVES_LONG = {"error": "BadJwt", "message": "The service-auth token lives longer than an hour; ask for a short-lived one."}
+NOT_YET = {"error": "BadJwt", "message": "The service-auth token has no issue time or is not valid yet."}
+
+
+@pytest.mark.parametrize("claims, answer", [
+    # json reads NaN, and NaN compares False with everything: such an exp used to pass every check.
+    pytest.param({"exp": float("nan")}, EXPIRED, id="exp NaN"),
+    pytest.param({"exp": float("inf")}, EXPIRED, id="exp Infinity"),
+    pytest.param({"exp": float("-inf")}, EXPIRED, id="exp -Infinity"),
+    pytest.param({"exp": lambda: time.time() + 60}, EXPIRED, id="exp a float, however plausible"),
+    pytest.param({"exp": lambda: float(int(time.time()) + 60)}, EXPIRED, id="exp a whole number spelled 1.0"),
+    pytest.param({"exp": True}, EXPIRED, id="exp true"),
+    pytest.param({"exp": "9999999999"}, EXPIRED, id="exp a string"),
+    pytest.param({"exp": 10 ** 30}, LIVES_LONG, id="exp huge"),
+    pytest.param({"iat": float("nan")}, NOT_YET, id="iat NaN"),
+    pytest.param({"iat": float("-inf")}, NOT_YET, id="iat -Infinity"),
+    pytest.param({"iat": lambda: time.time()}, NOT_YET, id="iat a float"),
+    pytest.param({"nbf": float("nan")}, NOT_YET, id="nbf NaN"),
+    pytest.param({"nbf": lambda: float(int(time.time()))}, NOT_YET, id="nbf a float"),
+])
+def test_time_claims_that_are_not_whole_numbers_are_refused_over_http(app, claims, answer):
+    token = mint(P256, **{k: v() if callable(v) else v for k, v in claims.items()})
+    response = get_feed(app, token)
+    assert (response.status_code, response.json) == (401, answer)
+
+
+def test_the_same_token_with_whole_number_times_reads_the_feed(app):
+    now = int(time.time())
+    assert get_feed(app, mint(P256, iat=now, exp=now + 60, nbf=now)).status_code == 200

@@ -11,12 +11,12 @@ WWW-Authenticate header, so a client knows to fetch a token.
 from __future__ import annotations
 
 import base64
-import json
 import time
 
 from feather.atproto import crypto
 from feather.atproto.syntax import is_valid_did
 from feather.errors import ApiError
+from feather.parsing import loads_limited
 
 CLOCK_SKEW_SECS = 30
 MAX_LIFETIME_SECS = 3600  # atproto's reference PDS refuses to mint a service token for longer
@@ -37,6 +37,11 @@ def _b64(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
+def _json(part: str):
+    # Depth-limited: a header of 5,000 `[` fits in an HTTP header and would be a RecursionError.
+    return loads_limited(_b64(part).decode("utf-8"))
+
+
 def verify(token: str, *, audience: str, method: str, key_of, now: float | None = None) -> str:
     """The issuer DID of a valid token; raises AuthError otherwise. key_of(did) -> public key | None."""
     now = time.time() if now is None else now
@@ -44,14 +49,16 @@ def verify(token: str, *, audience: str, method: str, key_of, now: float | None 
     if len(parts) != 3:
         raise AuthError("BadJwt", "The service-auth token is not a JWT.")
     try:
-        header, claims, signature = json.loads(_b64(parts[0])), json.loads(_b64(parts[1])), _b64(parts[2])
+        header, claims, signature = _json(parts[0]), _json(parts[1]), _b64(parts[2])
     except (ValueError, UnicodeDecodeError):
         raise AuthError("BadJwt", "The service-auth token does not decode.") from None
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise AuthError("BadJwt", "The service-auth token does not decode.")
     alg, typ = header.get("alg"), header.get("typ", "")
     # typ is compared case-insensitively (RFC 7515 §4.1.9): "AT+JWT" is still an access token.
-    if alg not in _ALG_CURVE or not isinstance(typ, str) or typ.lower() in _REFUSED_TYPES:
+    # isinstance first: a list or an object as alg is unhashable, and `in` a dict would raise.
+    if (not isinstance(alg, str) or alg not in _ALG_CURVE or not isinstance(typ, str)
+            or typ.lower() in _REFUSED_TYPES):
         raise AuthError("BadJwt", "The service-auth token must be an ES256 or ES256K JWT.")
     issuer = claims.get("iss")
     issuer = issuer.split("#", 1)[0] if isinstance(issuer, str) else None
@@ -62,10 +69,10 @@ def verify(token: str, *, audience: str, method: str, key_of, now: float | None 
     if claims.get("lxm") != method:
         raise AuthError("BadJwtLexiconMethod", f"The service-auth token is not scoped to {method}.")
     exp, iat, nbf = claims.get("exp"), claims.get("iat"), claims.get("nbf")
-    if not _number(exp) or exp + CLOCK_SKEW_SECS < now:
+    if not _seconds(exp) or exp + CLOCK_SKEW_SECS < now:
         raise AuthError("JwtExpired", "The service-auth token has expired.")
-    if not _number(iat) or iat > now + CLOCK_SKEW_SECS or (nbf is not None and (not _number(nbf)
-                                                                                  or nbf > now + CLOCK_SKEW_SECS)):
+    if not _seconds(iat) or iat > now + CLOCK_SKEW_SECS or (nbf is not None and (not _seconds(nbf)
+                                                                                   or nbf > now + CLOCK_SKEW_SECS)):
         raise AuthError("BadJwt", "The service-auth token has no issue time or is not valid yet.")
     if exp - iat > MAX_LIFETIME_SECS or exp - now > MAX_LIFETIME_SECS + CLOCK_SKEW_SECS:
         # A stolen token is a reader's identity until exp: PDSes mint 60 s ones, never over an hour.
@@ -80,8 +87,10 @@ def verify(token: str, *, audience: str, method: str, key_of, now: float | None 
     return issuer
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _seconds(value) -> bool:
+    """A NumericDate as PDSes mint it: a whole number. Python's json reads `NaN` and `Infinity`, and
+    NaN compares False with everything, so a NaN exp would pass every time check and never expire."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def verify_request(authorization: str | None, config, settings, sources) -> str:
