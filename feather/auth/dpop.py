@@ -15,6 +15,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet
 
 from feather.config import ConfigError
+from feather.parsing import loads_limited
 
 
 def b64url(data: bytes) -> str:
@@ -70,7 +71,7 @@ def load_client_keys(raw: str) -> list[ECKey]:
     if not raw.strip():
         return []
     try:
-        data = json.loads(raw)
+        data = loads_limited(raw)
         keys = KeySet.import_key_set(data).keys if "keys" in data else [ECKey.import_key(data)]
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError("FEATHERREADER_OAUTH_CLIENT_KEYS", f"not a JWK or JWK Set: {e}") from None

@@ -5,7 +5,6 @@ One AuthService per app (app.extensions["auth"]); tests swap in their own HTTP c
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import re
 import secrets
@@ -21,6 +20,7 @@ from feather.auth.oauth import ClientConfig, InvalidGrant, OAuthClient, OAuthErr
 from feather.auth.seal import Sealer
 from feather.db import current_dialect, db
 from feather.net import GuardedClient, NetError
+from feather.parsing import loads_limited
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +283,11 @@ def _jwt_exp(token: str, default: int) -> int:
     """The exp claim of our own session token, only to schedule the refresh (no trust involved)."""
     try:
         part = token.split(".")[1]
-        return int(json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))["exp"])
-    except (IndexError, ValueError, KeyError, TypeError):
+        exp = loads_limited(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))["exp"]
+    except (AttributeError, IndexError, ValueError, KeyError, TypeError):
         return default
+    # The server's JSON may say NaN, Infinity or a number no column holds: int() of the first two
+    # raises, the last fails the grant's write.
+    if isinstance(exp, bool) or not isinstance(exp, (int, float)) or not 0 < exp < 2 ** 53:
+        return default
+    return int(exp)

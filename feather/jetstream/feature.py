@@ -18,6 +18,7 @@ from feather.errors import ApiError
 from feather.jetstream import store
 from feather.jetstream.events import DecodeError, Event, decode
 from feather.jetstream.subscriptions import merge
+from feather.parsing import loads_limited
 
 bp = Blueprint("jetstream_dev", __name__)
 
@@ -126,7 +127,7 @@ def dev_event_command(did, collection, op, rkey, subject, record):
     if op in ("create", "update", "delete") and not collection:
         raise click.UsageError("--collection is required for create, update and delete")
     try:
-        parsed = json.loads(record) if record else None
+        parsed = loads_limited(record) if record else None
     except ValueError as exc:
         raise click.UsageError(f"--record is not JSON: {exc}") from None
     frame = frame_from_fields(did, collection, op, rkey, parsed, subject)
