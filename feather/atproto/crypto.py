@@ -33,7 +33,14 @@ class InvalidKey(ValueError):
     """A key string that is not a supported atproto public key."""
 
 
+# A point is at most 65 bytes (uncompressed) plus a 2-byte prefix: under 100 base58 characters.
+# The decode below is quadratic in its input, and a 64 KB DID document could hold a 64 KB "key".
+MAX_B58_CHARS = 128
+
+
 def b58decode(s: str) -> bytes:
+    if len(s) > MAX_B58_CHARS:
+        raise InvalidKey(f"A key of {len(s)} base58 characters is longer than any supported key.")
     value = 0
     for ch in s:
         if ch not in _B58_INDEX:
@@ -85,7 +92,7 @@ def parse_verification_method(method: dict) -> tuple[str, ec.EllipticCurvePublic
         raise InvalidKey("The verification method has no publicKeyMultibase.")
     if kind == "Multikey":
         return parse_multikey(value)
-    if kind in _LEGACY_TYPES:
+    if isinstance(kind, str) and kind in _LEGACY_TYPES:
         if not value.startswith("z"):
             raise InvalidKey("Only base58btc multibase keys are supported.")
         curve = _LEGACY_TYPES[kind]

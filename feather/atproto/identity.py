@@ -57,7 +57,7 @@ class DidDocument:
     raw: dict = field(repr=False, compare=False)
 
     def signing_method(self) -> dict | None:
-        for method in self.raw.get("verificationMethod") or []:
+        for method in _list(self.raw.get("verificationMethod")):
             if isinstance(method, dict) and method.get("id") in ("#atproto", f"{self.did}#atproto"):
                 return method
         return None
@@ -247,17 +247,21 @@ def parse_did_document(did: str, raw: Any) -> DidDocument:
     if not isinstance(raw, dict) or raw.get("id") != did:
         raise UnresolvableDid(f"The DID document of {did} is malformed or belongs to another DID.", did)
     handle = None
-    for aka in raw.get("alsoKnownAs") or []:
+    for aka in _list(raw.get("alsoKnownAs")):
         if isinstance(aka, str) and aka.startswith("at://") and is_valid_handle(aka[5:]):
             handle = normalize_handle(aka[5:])
             break
     pds = None
-    for svc in raw.get("service") or []:
+    for svc in _list(raw.get("service")):
         if (isinstance(svc, dict) and svc.get("id") in ("#atproto_pds", f"{did}#atproto_pds")
                 and svc.get("type") == "AtprotoPersonalDataServer"):
             pds = _endpoint(svc.get("serviceEndpoint"))
             break
     return DidDocument(did, handle, pds, raw)
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []  # a stranger's JSON may hold 5 where a list belongs
 
 
 def _endpoint(value: Any) -> str | None:

@@ -184,7 +184,10 @@ def parse_datetime(s: str) -> datetime:
     micros = int((f["frac"] + "000000")[:6])
     local = datetime(f["y"], f["mo"], f["d"], f["h"], f["mi"], f["s"], micros,
                      tzinfo=timezone(timedelta(minutes=f["offset"])))
-    return local.astimezone(timezone.utc)
+    try:
+        return local.astimezone(timezone.utc)
+    except OverflowError:  # `9999-12-31T23:59:59-01:00` is year 10000 in UTC
+        raise InvalidSyntax(f"{_shown(s)} is valid but too late or too early to represent in UTC.") from None
 
 
 def _ensure(check: Callable[[object], bool], what: str) -> Callable[[str], str]:

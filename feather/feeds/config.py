@@ -58,6 +58,12 @@ targets = ["post"]
 # Field paths end up inside SQL JSON paths, so only plain identifiers (dot-separated) pass.
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,3}")
 _FEED_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+# tomllib's time and memory grow with the square of a dotted key's parts (it records every prefix):
+# `a.a.a…` on one line of a megabyte exhausts memory. No key here has more than a few parts, so a
+# line with more dots outside its strings and comments than MAX_LINE_DOTS is refused before tomllib.
+MAX_LINE_DOTS = 64
+_TOML_SKIPPED = re.compile(r'"(?:[^"\\\n]++|\\.)*+"?|\'[^\'\n]*+\'?|#[^\n]*+')  # never fails: linear
+_DOTTY_LINE = re.compile(r"^(?:[^.\n]*+\.){%d}" % (MAX_LINE_DOTS + 1), re.M)
 
 
 class FeedsConfigError(ValueError):
@@ -199,7 +205,7 @@ def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
         raise FeedsConfigError(f'Feed "{name}" must be a table')
     _known_keys(body, _FEED_KEYS, f"[feeds.{name}]")
     follow = body.get("follow", "follow")
-    if follow not in collections:
+    if not isinstance(follow, str) or follow not in collections:
         raise FeedsConfigError(f'Feed "{name}" references unknown follow collection "{follow}"')
     max_items = _positive_int(body.get("maxItems", DEFAULT_MAX_ITEMS), f'Feed "{name}" maxItems')
     raw_targets = body.get("targets")
@@ -265,13 +271,20 @@ def load(path: str | None) -> FeedsConfig:
     if not path:
         return parse(tomllib.loads(DEFAULT_TOML))
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise FeedsConfigError(f"FEATHERREADER_CONFIG: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise FeedsConfigError(f"FEATHERREADER_CONFIG: {path} is not UTF-8 (byte {exc.start})") from None
+    if _DOTTY_LINE.search(_TOML_SKIPPED.sub("", text)):
+        raise FeedsConfigError(f"FEATHERREADER_CONFIG: {path} has a line with more than {MAX_LINE_DOTS} dots"
+                               " outside strings and comments (a key of that many parts)")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise FeedsConfigError(f"FEATHERREADER_CONFIG: {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise FeedsConfigError(f"FEATHERREADER_CONFIG: {path} nests arrays or tables too deeply") from None
     try:
         return parse(data)
     except FeedsConfigError as exc:
