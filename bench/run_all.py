@@ -25,6 +25,7 @@ BENCHES = [
     ("load", [sys.executable, "bench/load.py"]),
     ("load-split", [sys.executable, "bench/load.py", "--split"]),
     ("chaos", [sys.executable, "-m", "pytest", "-q", "tests/test_chaos.py", "-p", "no:cacheprovider"]),
+    ("hostile", [sys.executable, "bench/hostile.py"]),
 ]
 if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # on scratch databases beside it
     BENCHES.insert(1, ("ingest-pg", [sys.executable, "bench/ingest.py", "--events", "100000",
