@@ -420,12 +420,51 @@ def test_a_jetstream_frame_of_any_bytes_is_an_event_or_a_decode_error(frame):
         pass
 
 
+def _post_frame(record_depth: int) -> str:
+    nested = "[" * (record_depth - 1) + "]" * (record_depth - 1)  # the record object is one level
+    return ('{"did": "did:plc:aaaa", "time_us": 1760000000000001, "kind": "commit", "commit": {"operation": '
+            '"create", "collection": "app.bsky.feed.post", "rkey": "p1", "cid": "bafyx", "record": {"$type": '
+            '"app.bsky.feed.post", "text": "x", "createdAt": "2025-10-09T08:53:20.000Z", "deep": %s}}}' % nested)
+
+
+def test_a_record_nested_deeper_than_json_can_store_and_read_is_a_decode_error():
+    from feather.jetstream.events import MAX_FRAME_DEPTH
+
+    # orjson reads 1,024 levels; json.dumps (storing it) and json.loads (every page showing it) do not.
+    with pytest.raises(DecodeError) as err:
+        decode(_post_frame(1000))
+    assert str(err.value) == f"frame nested deeper than {MAX_FRAME_DEPTH} levels"
+    with pytest.raises(DecodeError):
+        decode(_post_frame(MAX_JSON_DEPTH + 1).encode())
+    assert decode(_post_frame(MAX_JSON_DEPTH).encode()).record["deep"] == json.loads(
+        "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1))
+    # Brackets inside strings are not levels: a post of 500 [ is an ordinary post.
+    assert decode(_post_frame(2).replace('"text": "x"', '"text": "' + "[" * 500 + '"')).record["text"] == "[" * 500
+
+
+def test_a_record_at_the_depth_limit_is_stored_and_read_back(feeds):
+    from tests.fixtures.feeds.feedkit import ingest
+
+    ingest(feeds, [decode(_post_frame(MAX_JSON_DEPTH))])
+    r = feeds.test_client().get("/xrpc/com.example.post.listRecords?actor=did:plc:aaaa")
+    assert r.status_code == 200
+    deep = [rec for rec in json.loads(r.data)["records"] if "deep" in rec["value"]]  # r.json is depth-limited
+    assert deep and deep[0]["value"]["deep"] == json.loads("[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1))
+
+
 @pytest.mark.parametrize("name", ["quote-backslash", "open brackets", "empty arrays", "long string", "open objects"])
 def test_a_megabyte_jetstream_frame_is_a_decode_error_within_the_bound(name):
     frame = JSON_SHAPES[name].encode()
     result = within_bound(f"jetstream decode {name}", lambda: decode(frame))
     assert (raised(result), str(result)) == ("DecodeError", "frame is not a JSON object" if name == "long string"
                                            else "not JSON: JSONDecodeError")
+
+
+def test_a_megabyte_record_of_empty_arrays_is_read_within_the_bound():
+    # Valid and shallow but all brackets: orjson reads it, and so does the depth check after it.
+    frame = _post_frame(2).replace('"deep": []', '"deep": [' + "[]," * (MB // 3) + "[]]").encode()
+    event = within_bound("jetstream decode a record of empty arrays", lambda: decode(frame))
+    assert event.record["deep"] == [[]] * (MB // 3 + 1)
 
 
 # --- integers -----------------------------------------------------------------------------------

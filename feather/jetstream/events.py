@@ -10,7 +10,13 @@ from typing import Any, Union
 
 import orjson  # ~6x json.loads on Jetstream frames; it also rejects invalid UTF-8 and deep nesting
 
+from feather.parsing import MAX_JSON_DEPTH, json_depth_ok
+
 MAX_FRAME_BYTES = 2 * 1024 * 1024  # Jetstream records are ≤ 1 MiB of JSON; leave headroom.
+# orjson reads 1,024 levels, more than json (which stores and reads records) recurses through: such
+# a record would fail its batch on every replay, or every page that shows it. A record may nest as
+# deep as any other JSON we accept; the frame and its commit are the two levels around it.
+MAX_FRAME_DEPTH = MAX_JSON_DEPTH + 2
 OPERATIONS = ("create", "update", "delete")
 
 
@@ -71,6 +77,10 @@ def decode(frame: str | bytes) -> Event | None:
         raise DecodeError(f"not JSON: {exc.__class__.__name__}") from None
     if not isinstance(data, dict):
         raise DecodeError("frame is not a JSON object")
+    # Fewer brackets than levels allowed, in strings or not: nearly every frame stops at two counts.
+    square, curly = (b"[", b"{") if isinstance(frame, bytes) else ("[", "{")
+    if frame.count(square) + frame.count(curly) > MAX_FRAME_DEPTH and not json_depth_ok(frame, MAX_FRAME_DEPTH):
+        raise DecodeError(f"frame nested deeper than {MAX_FRAME_DEPTH} levels")
     did = data.get("did")
     time_us = data.get("time_us")
     if not isinstance(did, str) or not did.startswith("did:"):
