@@ -275,6 +275,24 @@ def test_an_app_password_session_for_another_account_is_refused(fake):
     assert str(refused.value) == "Your server did not complete the sign-in. Try again later."
 
 
+@pytest.mark.parametrize("tokens", [
+    {"accessJwt": "a.b.c"},  # no refresh token
+    {"accessJwt": "a.b.c", "refreshJwt": 5},
+    {"accessJwt": ["a"], "refreshJwt": "r.s.t"},
+    {"accessJwt": "a.b.c", "refreshJwt": "r" * 16_385},
+])
+def test_an_app_password_session_without_two_string_tokens_is_a_clean_refusal(fake, tokens):
+    from feather.auth.service import SignInError
+
+    service = fake.app.extensions["auth"]
+    fake.srv.route("POST /xrpc/com.atproto.server.createSession", (200, {}, {"did": ALICE, **tokens}))
+    with fake.app.test_request_context():
+        with pytest.raises(SignInError) as refused:
+            service.sign_in_password("alice.test", "abcd-efgh-ijkl-mnop")
+        assert service.grants.load(ALICE) is None
+    assert str(refused.value) == "Your server did not complete the sign-in. Try again later."
+
+
 # --- the authorization-server metadata cache: anyone can name an issuer, so it is bounded
 
 def as_metadata(issuer, **override):

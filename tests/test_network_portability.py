@@ -105,3 +105,13 @@ def test_live_the_portability_did_is_discoverable_readable_and_reconstructed(mak
     page = clean_instance_page(make_app, resolver, did, None)
     for s in subs:
         assert html.escape(s.url) in page
+
+
+@pytest.mark.parametrize("created", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
+def test_a_created_at_that_is_well_formed_but_no_real_instant_is_an_invalid_record(created):
+    from feather.network.portability import InvalidSubscription, parse_subscription
+
+    with pytest.raises(InvalidSubscription) as refused:
+        parse_subscription("at://did:plc:x/community.lexicon.rss.subscription/r1",
+                           {"url": "https://example.com/feed", "createdAt": created})
+    assert str(refused.value) == f"at://did:plc:x/community.lexicon.rss.subscription/r1: createdAt {created!r} is not a time"

@@ -202,7 +202,7 @@ class AuthService:
                               "Try again later.")
         if status in (400, 401):
             raise SignInError("The handle or app password is wrong.")
-        if status != 200 or data.get("did") != ident.did or not data.get("accessJwt"):
+        if status != 200 or data.get("did") != ident.did or not _tokens(data):
             raise SignInError("Your server did not complete the sign-in. Try again later.")
         self._replace_grant(Grant(
             did=ident.did, kind="password", handle=ident.handle, pds_url=ident.pds, issuer=None,
@@ -217,7 +217,7 @@ class AuthService:
                                        token=grant.refresh)
         if status in (400, 401):
             raise InvalidGrant(f"refreshSession answered {data.get('error') or status}", "invalid_grant")
-        if status != 200 or data.get("did") != grant.did:
+        if status != 200 or data.get("did") != grant.did or not _tokens(data):
             raise OAuthError(f"refreshSession failed with HTTP {status}")
         return (data["accessJwt"], data["refreshJwt"], _jwt_exp(data["accessJwt"], int(self.clock()) + 600),
                 grant.scope, None)
@@ -291,3 +291,9 @@ def _jwt_exp(token: str, default: int) -> int:
     if isinstance(exp, bool) or not isinstance(exp, (int, float)) or not 0 < exp < 2 ** 53:
         return default
     return int(exp)
+
+
+def _tokens(data: dict) -> bool:
+    """Whether a createSession/refreshSession answer carries both tokens as strings of a sane size
+    (a hostile server's reply is otherwise a KeyError or a megabyte in the grants table)."""
+    return all(isinstance(data.get(k), str) and 0 < len(data[k]) <= 16_384 for k in ("accessJwt", "refreshJwt"))

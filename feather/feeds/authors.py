@@ -202,6 +202,6 @@ def _listed(c: Collection, did: str, items, now: int) -> list[tuple]:
         if is_valid_record_key(rkey) and isinstance(record, dict) and rkey not in rows:
             text = records.dumps(record)
             if records.fits(text):
-                rows[rkey] = (f"at://{did}/{c.nsid}/{rkey}", cid if isinstance(cid, str) else None, did, rkey,
+                rows[rkey] = (f"at://{did}/{c.nsid}/{rkey}", records.clean_cid(cid), did, rkey,
                               text, records.record_time_us(record, now))
     return list(rows.values())

@@ -21,7 +21,7 @@ def _int64(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
 
 
-def _bindable(text: str) -> bool:
+def bindable(text: str) -> bool:
     """JSON spells NUL and lone surrogates (`\\u0000`, `\\ud800`); PostgreSQL refuses NUL in a text
     parameter and neither database takes a string UTF-8 cannot encode."""
     if "\x00" in text:
@@ -62,13 +62,13 @@ def decode(text: str | None, kind: str) -> Cursor | None:
     if not isinstance(body, dict) or body.get("k") != kind:
         return None
     t, u = body.get("t"), body.get("u")
-    if not _int64(t) or not isinstance(u, str) or not _bindable(u):
+    if not _int64(t) or not isinstance(u, str) or not bindable(u):
         return None  # out of range would fail as a SQL parameter: a bad cursor means page one
     v = body.get("v")
     if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
         return None
     if isinstance(v, int) and not _int64(v) or isinstance(v, float) and v != v:
         return None
-    if isinstance(v, str) and not _bindable(v):
+    if isinstance(v, str) and not bindable(v):
         return None
     return Cursor(t, u, kind, v, "v" in body)

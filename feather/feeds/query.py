@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from feather.db import current_dialect, db
+from feather.errors import ApiError
 from feather.feeds import cursor as cursors
 from feather.feeds import records
 from feather.feeds.config import Collection, FeedsConfig, Queryable
@@ -70,6 +71,13 @@ def _field_expr(q: Queryable) -> str:
     return current_dialect().json_path_text("r.record", q.path)
 
 
+def _bound(name: str, value: str) -> str:
+    """A filter value as a bound parameter; NUL (which PostgreSQL refuses in text) is a 400."""
+    if not cursors.bindable(value):
+        raise ApiError(400, "InvalidRequest", f"The {name} parameter holds a character no filter can match (NUL).")
+    return value
+
+
 def _filters(c: Collection, params: Mapping[str, str]) -> tuple[list[str], list]:
     where, values = [], []
     for q in c.queryable.values():  # only configured fields: request keys are never interpolated
@@ -79,12 +87,12 @@ def _filters(c: Collection, params: Mapping[str, str]) -> tuple[list[str], list]
                 value = params.get(q.param + suffix)
                 if value:
                     where.append(f"{expr} {op} ?")
-                    values.append(value)
+                    values.append(_bound(q.param + suffix, value))
         else:
             value = params.get(q.param)
             if value:  # `?text=` filters nothing (Contrail), rather than matching only empty strings
                 where.append(f"{expr} = ?")
-                values.append(value)
+                values.append(_bound(q.param, value))
     return where, values
 
 
@@ -107,6 +115,8 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
     sort_field, direction = _sort(c, params)
     kind = f"field:{sort_field.param}" if sort_field else "time"
     cur = cursors.decode(params.get("cursor"), kind)
+    if cur is not None and cur.v is not None and not isinstance(cur.v, str) and not d.is_sqlite:
+        cur = None  # PostgreSQL's field values are text (->>): a number there is a forged cursor, page one
     t, u = source.t, source.u
     tie = f"({t} < ? OR ({t} = ? AND {u} > ?))"
     if sort_field is None:

@@ -96,6 +96,15 @@ def dumps(record) -> str:
         return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
+_CID = re.compile(r"[A-Za-z0-9]{8,256}")
+
+
+def clean_cid(cid: object) -> str | None:
+    """A CID as a remote server sent it, when it has a CID's shape (base32/base58 letters); else None.
+    What a PDS lists is stored as text, and a NUL or a megabyte there is not a CID."""
+    return cid if isinstance(cid, str) and _CID.fullmatch(cid) else None
+
+
 def fits(text: str) -> bool:
     """Whether a record's JSON text is within MAX_RECORD_BYTES (its UTF-8 length)."""
     # A character is at most four bytes: short texts (nearly all) skip the encode.
@@ -145,6 +154,7 @@ def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | 
     text = dumps(record)
     if not fits(text):
         return False
+    cid = clean_cid(cid)
     cur = db.execute_sql(
         d.q(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING"),

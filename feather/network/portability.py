@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from feather.atproto.syntax import is_valid_datetime, parse_datetime
+from feather.atproto.syntax import InvalidSyntax, is_valid_datetime, parse_datetime
 from feather.network import privacy
 from feather.network.relay import COLLECTION
 
@@ -38,7 +38,11 @@ def parse_subscription(uri: str, value) -> Subscription:
         raise InvalidSubscription(f"{uri}: url is missing or empty")
     if not isinstance(created, str) or not is_valid_datetime(created):
         raise InvalidSubscription(f"{uri}: createdAt {created!r} is not an atproto datetime")
-    return Subscription(uri.rsplit("/", 1)[-1], url.strip(), parse_datetime(created), not privacy.is_private(url))
+    try:
+        stamp = parse_datetime(created)
+    except InvalidSyntax:  # well-formed but not a real instant (a year-9999 date past an offset)
+        raise InvalidSubscription(f"{uri}: createdAt {created!r} is not a time") from None
+    return Subscription(uri.rsplit("/", 1)[-1], url.strip(), stamp, not privacy.is_private(url))
 
 
 def read_subscriptions_with(resolver, http, did: str, *, strict: bool = True) -> list[Subscription]:
