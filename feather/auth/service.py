@@ -288,8 +288,8 @@ def _jwt_exp(token: str, default: int) -> int:
         return default
     # The server's JSON may say NaN, Infinity or a number no column holds: int() of the first two
     # raises, the last fails the grant's write.
-    if isinstance(exp, bool) or not isinstance(exp, (int, float)) or not 0 < exp < 2 ** 53:
-        return default
+    if isinstance(exp, bool) or not isinstance(exp, (int, float)) or not 1 <= exp < 2 ** 53:
+        return default  # (below 1 a float would truncate to 0, "already expired" by accident)
     return int(exp)
 
 
