@@ -11,6 +11,14 @@ pytest_plugins = ["tests.support.pds", "tests.support.firehose_bridge"]
 # Debian's Chromium through Playwright, one per session for tests/browser/ and the whole-process tests.
 from tests.support.browser import browser, playwright_instance  # noqa: E402, F401
 
+# CI runs each property test on the same examples every time (a failure there is reproducible, never
+# a dice roll on someone's unrelated change); a local run explores new ones.
+from hypothesis import settings as _hypothesis  # noqa: E402
+
+_hypothesis.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("FEATHER_CI") == "1":
+    _hypothesis.load_profile("ci")
+
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("DATABASE_URL", "") if os.environ.get("DATABASE_URL", "").startswith("postgres") else ""
 
