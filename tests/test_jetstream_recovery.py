@@ -55,6 +55,34 @@ def test_resume_cursor_on_a_v2_host_is_exactly_the_saved_sequence(make_app, monk
             engine.stop(timeout=5)
 
 
+def test_a_v2_cursor_older_than_the_lookback_resumes_at_the_window_and_reports_the_gap(make_app, monkeypatch,
+                                                                                       tmp_path):
+    """Catches: a v2 sequence resumed as is, whatever its age (the gap never reported)."""
+    dids = tmp_path / "dids"
+    dids.write_text("did:plc:alice\n")
+    monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids))
+    monkeypatch.setenv("MIRROR_LOOKBACK_US", str(60_000_000))
+    monkeypatch.setattr(mirror_feature, "_ready", False)
+    monkeypatch.setattr(mirror_feature, "gaps", [])
+    with FakeJetstream(v2_cursor=True) as js:
+        app = make_app(FEATHERREADER_JETSTREAM_HOSTS=js.url)
+        engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]))
+        engine.subscriptions[0].on_gap = mirror_feature.gaps.append
+        stale = int(time.time() * 1_000_000) - 3_600_000_000
+        with db.connection_context(), db.atomic():
+            store.save_cursor("mirror", store.Cursor(stale, seq=42))
+        before = int(time.time() * 1_000_000)
+        engine.start()
+        try:
+            wait_until(connected(js), message="connection")
+            after = int(time.time() * 1_000_000)
+            assert before - 60_000_000 <= only_filter(js)["cursor"] <= after - 60_000_000
+            assert mirror_feature.gaps == [stale]
+            assert engine.streams["mirror"].stats["gaps"] == 1
+        finally:
+            engine.stop(timeout=5)
+
+
 def test_fails_over_to_the_next_host_and_back(make_app, monkeypatch):
     """Catches: a reader that keeps retrying the host that went away."""
     monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)

@@ -243,6 +243,10 @@ HOUR = 3_600_000_000
     (Cursor(NOW - 2 * HOUR), None, HOUR, (NOW - HOUR, NOW - 2 * HOUR)),
     (Cursor(NOW - HOUR - 1), None, HOUR, (NOW - HOUR, NOW - HOUR - 1)),
     (Cursor(NOW - HOUR), None, HOUR, (NOW - HOUR - 5_000_000, None)),  # at the window's edge: no gap
+    # A v2 cursor is judged by its time exactly the same way; the window's start is sent as a time.
+    (Cursor(NOW - 2 * HOUR, seq=77), None, HOUR, (NOW - HOUR, NOW - 2 * HOUR)),
+    (Cursor(NOW - HOUR - 1, seq=77), None, HOUR, (NOW - HOUR, NOW - HOUR - 1)),
+    (Cursor(NOW - HOUR, seq=77), None, HOUR, (77, None)),  # at the window's edge: its sequence
 ])
 def test_resume_point_rewinds_the_overlap_and_reports_a_cursor_older_than_the_lookback(applied, first_seen, lookback, want):
     assert store.resume_point(applied, first_seen, lookback, NOW) == want

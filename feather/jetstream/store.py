@@ -30,10 +30,13 @@ def resume_point(applied: Cursor | None, first_seen: Cursor | None, lookback_us:
         return (first_seen.seq or max(0, first_seen.time_us - REPLAY_OVERLAP_US)), None
     if applied is None or applied.time_us <= 0:
         return None, None
-    if applied.seq:
-        return applied.seq, None  # v2 hosts: resume by sequence, exact and inclusive
+    # Judged by its time on every host: a v2 cursor carries the applied event's time_us too, and a
+    # sequence older than the window is as much a gap as a legacy time is. The window's start is a
+    # time, which a v2 host reads as one (any cursor of 10^15 or more).
     if lookback_us and applied.time_us < now_us - lookback_us:
         return now_us - lookback_us, applied.time_us
+    if applied.seq:
+        return applied.seq, None  # v2 hosts: resume by sequence, exact and inclusive
     return applied.time_us - REPLAY_OVERLAP_US, None
 
 
