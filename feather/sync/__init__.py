@@ -8,11 +8,12 @@ Feature hooks (feather/features.py):
                  with the owner's session: `app.extensions["sync_writer"]`, set by whoever wires
                  sign-in (feather/auth) via `install_writer(app, writer)`. Without one the write
                  jobs are not scheduled (the handler still mirrors and queues, so nothing is lost).
-Module map: apps (registry) · store (sets, shards) · handler (Jetstream; the only unfollow insert)
-· queue (follow-only helpers) · runner (lanes) · pacer (points) · backfill (listing, union, sweep)
-· service (owner operations, cleanup) · writer (PDS protocol + adapter) · memory (in-memory PDS)
-· preview (what enabling would write) · outcomes (a row's result) · status (what the owner sees)
-· people (handles and names) · views (pages) · api (JSON for scripts).
+Module map: apps (registry) · store (sets, shards) · shards (shard cursors across a count change)
+· handler (Jetstream; the only unfollow insert) · queue (follow-only helpers) · runner (lanes)
+· pacer (points) · backfill (listing, union, sweep) · service (owner operations, cleanup)
+· writer (PDS protocol + adapter) · memory (in-memory PDS) · preview (what enabling would write)
+· outcomes (a row's result) · status (what the owner sees) · people (handles and names)
+· views (pages) · api (JSON for scripts).
 """
 from __future__ import annotations
 
@@ -126,18 +127,26 @@ def subscriptions(settings) -> list:
 
 
 def _seed_cursors(count: int) -> None:
+    """Before any shard loads its cursor: a shard whose owners changed with the count goes back to
+    the oldest cursor they had, a shard without one starts from the oldest (feather/sync/shards.py)."""
     from feather.db import db
-    from feather.sync.store import seed_shard_cursors
+    from feather.sync.shards import reshard_cursors
 
     if db.obj is None:
         return
     try:
         with db.connection_context():
-            seeded = seed_shard_cursors(count)
-        if seeded:
-            log.info("sync: new shards %s resume from the oldest sync cursor", ", ".join(seeded))
-    except Exception:  # no tables yet (fresh install before migrating): shards start live
-        log.debug("sync: shard cursors not seeded", exc_info=True)
+            if not {"jetstream_cursor", "app_state", "sync_sets"} <= set(db.get_tables()):
+                return  # a fresh install before migrating: nothing was applied, shards start live
+            moved = reshard_cursors(count)
+    except Exception:
+        # Said out loud: a shard that kept a cursor ahead of an owner moved into it skips that
+        # owner's events, unfollows included, until the count is checked at the next start.
+        log.exception("sync: could not check the shard cursors against SYNC_SHARD_COUNT")
+        return
+    if moved:
+        log.info("sync: shards resume from the oldest cursor their owners had: %s",
+                 ", ".join(f"{name} from {time_us}" for name, time_us in moved.items()))
 
 
 def jobs(settings) -> list:

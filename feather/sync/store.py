@@ -2,7 +2,7 @@
 
 Times are Unix seconds passed in by the caller (`now`), so every rule can be tested with a fake
 clock. Shard membership is computed in Python from a stable hash of the DID, so changing
-SYNC_SHARD_COUNT needs no migration.
+SYNC_SHARD_COUNT needs no migration (what it does to the shard cursors: shards.py).
 """
 from __future__ import annotations
 
@@ -130,23 +130,6 @@ def shard_members(shard: int, count: int) -> list[str]:
     """Every enabled owner hashed to this shard, paused ones included (their events keep queuing)."""
     owners = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE enabled = 1")]
     return sorted(o for o in owners if shard_of(o, count) == shard)
-
-
-def seed_shard_cursors(count: int) -> list[str]:
-    """A shard with no cursor yet starts from the oldest sync cursor, so raising SYNC_SHARD_COUNT
-    replays (within the lookback window) instead of skipping what moved users missed."""
-    found = {r[0]: r[1] for r in rows("SELECT name, time_us FROM jetstream_cursor WHERE name LIKE 'sync:%'")}
-    live = [t for t in found.values() if t and t > 0]
-    if not live:
-        return []
-    oldest, seeded, now = min(live), [], now_s()
-    for n in range(count):
-        name = f"sync:{n}"
-        if name not in found:
-            execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT (name) DO NOTHING", name, oldest, now)
-            seeded.append(name)
-    return seeded
 
 
 def sets_due_for_sweep(now: int, limit: int) -> list[str]:
