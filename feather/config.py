@@ -155,11 +155,15 @@ SETTINGS: tuple[Setting, ...] = (
             "connects and rebuilds it from the relays and PDSes (logged loudly). Unset it after the restart."),
     # --- graph sync (feather/sync)
     Setting("SYNC_JETSTREAM_MAX_LOOKBACK_US", whole(1), str(24 * HOUR_US),
-            "Resume window for sync shards (µs). A saved cursor older than this is a gap the "
-            "feature back-fills instead of replaying."),
+            "Resume window for sync shards (µs). A saved cursor older than this is a gap on every host (a v2 "
+            "cursor is judged by the time of the last event it applied, not its sequence): the shard resumes at "
+            "the window's start, the gap is logged and every sync set's sweep is made due (follows are "
+            "recovered; unfollows in the gap are lost)."),
     Setting("SYNC_SHARD_COUNT", whole(1, 1000), "1",
             "Jetstream subscriptions synced users are hashed into (Jetstream takes 10,000 DIDs per "
-            "subscription). Raising it is safe: a new shard resumes from the oldest sync cursor."),
+            "subscription). Raising or lowering it is safe: Feather remembers the count the cursors were saved "
+            "under, and after a change every shard whose owners changed resumes from the oldest cursor any of "
+            "them had (cursors only go back; the replay is idempotent). Restart every worker together."),
     Setting("SYNC_HOURLY_POINTS", whole(3), "1500",
             "PDS write points sync may spend per account per rolling hour (a create costs 3, a delete 1)."),
     Setting("SYNC_DAILY_POINTS", whole(3), "15000",
