@@ -202,7 +202,7 @@ def served_accounts(frames: list[dict], k: int, seed: int = 19) -> list[str]:
 
 
 def _memory(result: dict) -> str:
-    budget = 512 * 1024  # the network spec's VM budget, in KiB
+    budget = 512 * 1024  # the VM's memory budget (docs/performance.md), in KiB
     return (f"RSS steady {result['steady_kb'] / 1024:.0f} MiB (goal <= 128), peak {result['peak_kb'] / 1024:.0f} MiB "
             f"({result['peak_kb'] / budget:.2f} of the 512 MB budget)")
 

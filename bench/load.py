@@ -5,7 +5,7 @@ requests and time; sends traffic to 127.0.0.1 only.
 
 Two deployment shapes: by default one gunicorn process serves and ingests (the `make run` shape);
 with --split the web processes run no workers and separate `flask worker` processes ingest (the
-README's scale-out Procfile), on SQLite or, with --postgres, on a scratch PostgreSQL database.
+scale-out Procfile in docs/operating.md), on SQLite or, with --postgres, on a scratch PostgreSQL database.
 
     python bench/load.py [--events 100000] [--requests 2000] [--concurrency 16]
                          [--split [--web-procs N] [--worker-procs N]] [--postgres URL]

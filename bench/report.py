@@ -12,7 +12,7 @@ PREFIX = "FIGURE "
 # The ingest goal (at least a quarter of the bare socket's rate) is for the service as shipped, every
 # feature on and FEED_SERVE at its default. A full index (FEED_SERVE=all) is an operator's opt-in
 # whose cost follows the network's follow fan-in, not the event count; it is measured beside the
-# default and carries no goal (docs/DESIGN.md, "Ingest cost").
+# default and carries no goal (docs/performance.md, "Ingest cost").
 INGEST_GOAL = ">= 0.25"
 FULL_INDEX_GOAL = "none (opt-in)"
 

@@ -1,4 +1,4 @@
-"""Network catalogue (docs/DESIGN.md, "The network catalogue"): every table is a droppable projection.
+"""Network catalogue (docs/design.md, "The network catalogue"): every table is a droppable projection.
 
 Times are µs since the epoch (BIGINT) so ordering and eviction are exact on both databases;
 `feed_url` compares byte-wise (d.byte_text) so `ORDER BY feed_url` is the same everywhere.
@@ -33,7 +33,7 @@ def up(m):
     m.execute("CREATE INDEX net_feed_rollup_first ON net_feed_rollup (first_seen DESC, feed_url)")
     m.execute(f"CREATE TABLE network_state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at {big} NOT NULL)")
     m.execute(f"CREATE TABLE net_optout (did TEXT PRIMARY KEY, created_at {big} NOT NULL)")
-    # The attribution opt-in set (§7.2): only these accounts may ever be named next to a feed.
+    # The attribution opt-in set: only these accounts may ever be named next to a feed.
     m.execute(f"CREATE TABLE net_attribution (did TEXT PRIMARY KEY, handle TEXT, created_at {big} NOT NULL)")
     # Deletes seen on the live stream, so a rebuild running beside it cannot resurrect them.
     m.execute(

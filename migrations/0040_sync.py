@@ -1,4 +1,4 @@
-"""Graph sync: the six tables (docs/DESIGN.md, "Graph sync").
+"""Graph sync: the six tables (docs/design.md, "Graph sync").
 
 Everything hangs off sync_sets and cascades from it. sync_sets is keyed by the owner's DID: the
 users table (sign-in, 0020-0029) did not exist when this was written, so the FK from the user

@@ -1,4 +1,4 @@
-"""First-read backfill (notes §5) against a loopback PDS/PLC, through the production wiring."""
+"""First-read backfill (docs/design.md, "Timelines") against a loopback PDS/PLC, through the production wiring."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Fan-out on write (spec "How fan-out works", notes §3), through the engine's batch path."""
+"""Fan-out on write (docs/design.md, "Timelines"), through the engine's batch path."""
 from __future__ import annotations
 
 import pytest

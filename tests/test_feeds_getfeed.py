@@ -1,4 +1,4 @@
-"""getFeed / listRecords / getRecord over XRPC (notes §4 and §7), through the Flask test client."""
+"""getFeed / listRecords / getRecord over XRPC (docs/api.md, "Timelines"), through the Flask test client."""
 from __future__ import annotations
 
 import base64

@@ -1,4 +1,4 @@
-"""/network, the count API and the consent pages (spec §5.6, §7.2)."""
+"""/network, the count API and the consent pages (docs/design.md, "The network catalogue")."""
 import logging
 import re
 

@@ -1,4 +1,4 @@
-"""Portability (spec §4.5): records written by one implementation, read back by a stranger and by a
+"""Portability: records written by one implementation, read back by a stranger and by a
 clean instance. CI runs it against the local reference PDS; the live variant reads the real network
 and is skipped unless FEATHER_LIVE_NETWORK=1 (nightly, never on a pull request)."""
 import html

@@ -1,4 +1,4 @@
-"""Rebuild from empty (spec §5.4) against a loopback relay + PLC + PDS."""
+"""Rebuild from empty (docs/design.md, "The network catalogue") against a loopback relay + PLC + PDS."""
 import logging
 import time
 

@@ -72,7 +72,7 @@ def test_the_readme_lists_every_setting_production_requires_and_the_key_command(
 
 
 def test_no_file_in_the_repository_names_a_path_outside_it():
-    """Docstrings, pages and docs point at the repository only (docs/DESIGN.md explains the designs)."""
+    """Docstrings, pages and docs point at the repository only (docs/design.md explains the designs)."""
     # Derived from where this checkout sits, so the test names no outside path itself: the folder
     # that holds the repository, and `../<name>` for every folder beside it.
     beside = [d.name for d in REPO.parent.iterdir() if d.is_dir() and d != REPO]

@@ -1,4 +1,4 @@
-"""The graph-sync JSON API: the contract in the README ("Graph sync API"), with exact error bodies."""
+"""The graph-sync JSON API: the contract in docs/api.md ("Graph sync"), with exact error bodies."""
 from __future__ import annotations
 
 from tests.test_sync_kit import ALICE, BOB, CAROL
@@ -175,7 +175,7 @@ def test_activity_lists_the_newest_rows(world):
 
 
 def test_the_api_follows_the_engine_end_to_end_with_an_in_memory_pds(world):
-    """enable -> backfill -> runner: the API's counters move the way the README says."""
+    """enable -> backfill -> runner: the API's counters move the way docs/api.md says."""
     from feather.sync import backfill
     from feather.sync.runner import Runner
     from feather.sync.store import now_s

@@ -1,4 +1,4 @@
-"""The budget the spec promises: by default sync spends at most 1,500 points an hour and 15,000 a
+"""The budget docs/settings.md promises: by default sync spends at most 1,500 points an hour and 15,000 a
 day per account; a create costs 3 points, a delete 1. Each number is pinned as the setting's
 default and as what the runner, under the instance's own settings, spends and refuses at the edge
 (one point more or less anywhere turns an edge the other way)."""

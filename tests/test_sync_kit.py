@@ -39,7 +39,7 @@ class Env:
         self.settings = app.config["FEATHER"]
         self.clock = Clock()
         self.pds = MemoryPds(self.clock)
-        # The instance's own budget unless a test names one: the defaults the spec promises are
+        # The instance's own budget unless a test names one: the defaults docs/settings.md promises are
         # then what every runner test spends against (tests/test_sync_budget.py pins them).
         self.budget = Budget(budget["hourly"], budget["daily"], budget.get("cap")) if budget \
             else Budget.from_settings(self.settings)

@@ -1,4 +1,4 @@
-"""The network catalogue (docs/DESIGN.md, "The network catalogue").
+"""The network catalogue (docs/design.md, "The network catalogue").
 
 Capability 1, on by default: a periodic relay count of repos holding rss subscription records.
 Capability 2, off unless FEATHERREADER_NETWORK_INDEX: a projection of those public records

@@ -1,4 +1,4 @@
-"""Capability 1: how many repos on the network hold rss subscription records (spec §4).
+"""Capability 1: how many repos on the network hold rss subscription records.
 
 One network_stat row per (key, relay): the count, whether the page cap made it a floor, and
 when. Never the DIDs: holding them would be a register of who uses an RSS reader, for a

@@ -2,7 +2,7 @@
 
 Runs inside the engine's batch transaction (with the cursor): database work only, no network,
 idempotent under replay. What is kept of a record is its canonical feed URL and createdAt;
-title, siteUrl, folder and fetchHint are never read, let alone stored (spec §5.3).
+title, siteUrl, folder and fetchHint are never read, let alone stored (docs/design.md, "The network catalogue").
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consent (spec §7.2): who is signed in, and a small limiter for the opt-out form.
+"""Consent (docs/design.md, "The network catalogue"): who is signed in, and a small limiter for the opt-out form.
 
 Opting out needs no account (it can only remove data); opting in to attribution needs a
 session (being named is the direction that can harm). The sign-in module owns sessions: it

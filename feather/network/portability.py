@@ -1,4 +1,4 @@
-"""Portability (spec §4.5): read an account's rss subscription records off its PDS as a stranger.
+"""Portability: read an account's rss subscription records off its PDS as a stranger.
 
 Anonymous, through the guarded client, no session and no cache: if this works, any other
 implementation reading only the public lexicon gets the same usable data.

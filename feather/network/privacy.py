@@ -2,10 +2,11 @@
 
 classify() follows FeatherReader's `classify_feed_privacy` rule order:
 the first matching rule wins and anything unmatched is public. The catalogue drops every URL
-classified private at index time (spec §12.5): a stranger's record may carry a secret-bearing
-URL that another reader wrote without checking, and we must neither keep nor show it.
+classified private at index time (docs/design.md, "The network catalogue"): a stranger's record
+may carry a secret-bearing URL that another reader wrote without checking, and we must neither
+keep nor show it.
 
-canonicalise() is our answer to spec §12.4 (the reader has no canonicaliser to reuse). It merges
+canonicalise() is our own: the reader has no canonicaliser to reuse. It merges
 only spellings that cannot name different documents, plus the trailing slash and tracking
 parameters, which readers add and drop freely:
   - scheme and host lower-cased, a trailing dot on the host removed, the default port dropped;

@@ -1,4 +1,4 @@
-"""Rebuild from empty (spec §5.4): relay enumeration → each DID's PDS → listRecords, checkpointed.
+"""Rebuild from empty: relay enumeration → each DID's PDS → listRecords, checkpointed.
 
 Order of work, and why it cannot leave a gap or resurrect a delete:
   1. The pre-backfill cursor T0 is recorded first. The live "network" stream already covers

@@ -1,4 +1,4 @@
-"""The relay client: `com.atproto.sync.listReposByCollection`, paged politely (spec §4.1, §8).
+"""The relay client: `com.atproto.sync.listReposByCollection`, paged politely.
 
 Every request goes through the guarded client: the relay host is operator-configured, which
 makes it input by the same argument that guards handle resolution. Pages are walked until no

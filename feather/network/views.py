@@ -1,4 +1,5 @@
-"""The network surfaces: /network, the count API, consent pages, and "your records" (spec §5.6, §7.2).
+"""The network surfaces: /network, the count API, consent pages, and "your records"
+(docs/design.md, "The network catalogue").
 
 /network is a library catalogue, not a discover tab: identical for every viewer (no session,
 no CSRF token, no clock on the page), deterministic order, nothing below the k-floor, nobody
@@ -57,8 +58,8 @@ PUBLIC_CACHE = "public, max-age=300"
 
 
 def same_for_everyone(view):
-    """The response is the same bytes for every viewer, so a shared cache may keep it (spec §5.6
-    rule 3): these are the only responses marked public.
+    """The response is the same bytes for every viewer, so a shared cache may keep it
+    (docs/design.md, "The network catalogue"): these are the only responses marked public.
 
     The request's session is swapped for an empty one before the view runs, so nothing it
     renders can depend on who is asking (no account name, no CSRF token, no flash: a pending

@@ -204,7 +204,7 @@ def _frame(did, kind, body, time_us):
 
 
 def make_commit(did, collection, rkey, op, record=None, cid=None, time_us=None, rev=None) -> dict:
-    """op: create|update|delete. delete carries no record and no cid (§2)."""
+    """op: create|update|delete. delete carries no record and no cid (Jetstream's wire format)."""
     if op not in ("create", "update", "delete"):
         raise ValueError(f"bad op {op!r}")
     body = {"rev": rev or tid(), "operation": op, "collection": collection, "rkey": rkey}
