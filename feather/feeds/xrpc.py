@@ -1,6 +1,6 @@
 """XRPC: `{ns}.getFeed`, `{ns}.{short}.listRecords`, `{ns}.{short}.getRecord` (GET, JSON).
 
-The check order of getFeed is Contrail's (notes §4): params → feed → service auth → actor →
+The check order of getFeed is Contrail's (docs/design.md, "Timelines"): params → feed → service auth → actor →
 issuer == actor → first-read backfill (never blocks) → collection → the listRecords pipeline.
 Rules are registered per method name (not a catch-all `/xrpc/<m>`) so other features can
 serve their own XRPC methods beside these.
