@@ -1,4 +1,4 @@
-"""First read of an (actor, feed): claim, then fill the feed in the background (Contrail §5).
+"""First read of an (actor, feed): claim, then fill the feed in the background (docs/design.md, "Timelines").
 
 The request never waits: it claims feed_backfills and spawns a greenlet. The greenlet lists the
 actor's follow records from their PDS (through FeedSources; no fan-out, never overwriting what
