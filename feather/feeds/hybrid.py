@@ -1,7 +1,7 @@
 """Hybrid fan-out: authors above a feed's fanoutMaxFollowers are merged at read time.
 
 Fan-out on write costs one row per follower; for an author with a million followers that is a
-million inserts per post (the spec's "what's not here"). With `fanoutMaxFollowers` set, such
+million inserts per post (docs/design.md, "Decisions"). With `fanoutMaxFollowers` set, such
 an author's new posts are not copied; the author is recorded in feed_heavy_authors, and a read
 adds, for each heavy author the reader follows, exactly the posts live fan-out would have
 copied: those stored after the reader's follow record (`arrival` order). Everything else a
