@@ -1,4 +1,4 @@
-"""Pruning (spec "Pruning"): keep the newest cap rows per (actor, target), in bounded slices.
+"""Pruning (docs/design.md, "Timelines"): keep the newest cap rows per (actor, target), in bounded slices.
 
 How "a tick applied a feed-mutating record" reaches the sweep: apply_batch sets
 feed_prune_state.dirty in the batch's own transaction (one primary-key row, written only on the
