@@ -1,4 +1,4 @@
-"""Feeds: fan-out-on-write timelines (docs/DESIGN.md, "Timelines").
+"""Feeds: fan-out-on-write timelines (docs/design.md, "Timelines").
 
 Feature hooks (feather/features.py): init_app registers the XRPC blueprint, the timeline page,
 the Bluesky feed generator and its publishing page (web.py, generator.py, publish_views.py), subscriptions
