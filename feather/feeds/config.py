@@ -1,6 +1,6 @@
 """The feeds configuration: a TOML file named by FEATHERREADER_CONFIG, or the built-in default.
 
-Shape (mirrors Contrail's `ContrailConfig`; docs/DESIGN.md, "Timelines"):
+Shape (mirrors Contrail's `ContrailConfig`; every key is explained in docs/settings.md, "The feeds file"):
 
     namespace = "com.example"
     [collections.post]
