@@ -1,4 +1,4 @@
-"""Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (docs/DESIGN.md, "Graph sync").
+"""Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (docs/design.md, "Graph sync").
 
 Feature hooks (feather/features.py):
   subscriptions  shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
