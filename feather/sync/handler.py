@@ -1,7 +1,7 @@
 """The Jetstream handler: database only, synchronous, inside the batch transaction.
 
 Because it runs in the engine's one transaction per batch, queue insertion order is event order.
-Branches (docs/DESIGN.md, "Graph sync": the live flow):
+Branches (docs/design.md, "Graph sync": the live flow):
   follow create  -> mirror it; queue a follow on every other app of the set that lacks the subject.
                     An rkey already mirrored is sync's own echo (or a replay): it propagates nothing.
   follow delete  -> THE ONLY PLACE AN UNFOLLOW IS QUEUED. Remember the delete, remove the mirror row;
