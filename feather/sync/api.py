@@ -1,4 +1,4 @@
-"""The JSON API for scripts: the same operations as the owner's page, one contract (README, "Graph sync API").
+"""The JSON API for scripts: the same operations as the owner's page, one contract (docs/api.md, "Graph sync").
 
     GET  /api/sync                   the state (service.state; the explaining part from status.overview)
     POST /api/sync                   {"enabled": bool, "paused": bool, "apps": [keys]}, any of them -> new state
