@@ -18,7 +18,7 @@ TOMBSTONE_SECS = 2 * pacer.DAY  # longer than the Jetstream lookback, so a late 
 
 def state(owner: str, settings, now: int | None = None) -> dict:
     """The counters (unchanged since the first API) and what explains them: per_app, next_write and
-    problems (feather/sync/status.py; the README's "Graph sync API" table)."""
+    problems (feather/sync/status.py; docs/api.md, "Graph sync")."""
     from feather.sync import status
     from feather.sync.store import now_s
 
