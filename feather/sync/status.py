@@ -149,7 +149,7 @@ def _next_write(sync_set, app: str, head, leased: bool, budget: pacer.Budget, no
 
 
 def overview(owner: str, sync_set, settings, now: int) -> dict:
-    """The explaining part of the state: per_app, next_write, problems (see the README's API table)."""
+    """The explaining part of the state: per_app, next_write, problems (docs/api.md, "Graph sync")."""
     if sync_set is None:
         return {"per_app": [], "next_write": None, "problems": []}
     budget = pacer.Budget.from_settings(settings)
