@@ -26,7 +26,7 @@ def _account():
 
 def nav_items() -> list[dict]:
     """The main navigation: only features this instance serves, in the order people use them."""
-    # No link to /network here: the network spec (§5.6 rule 1) keeps the catalogue reachable only
+    # No link to /network here: the catalogue's design (docs/design.md, "Decisions") keeps the catalogue reachable only
     # from /about, so it never becomes a tab in the path people walk every day.
     views = current_app.view_functions
     items = [("Home", "pages.index")]
