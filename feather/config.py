@@ -1,6 +1,6 @@
 """Settings from the environment: one table of every knob, validated once at start.
 
-Every setting a spec names keeps its exact name. The README's settings table is checked
+Every setting a spec names keeps its exact name. The settings table in docs/settings.md is checked
 against SETTINGS by a test, so a knob cannot be added without being documented.
 """
 from __future__ import annotations
@@ -185,7 +185,7 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def readme_table() -> str:
-    """The README's settings table, generated from SETTINGS (a test checks the README holds it)."""
+    """The settings table, generated from SETTINGS (a test checks docs/settings.md holds it)."""
     lines = ["| Variable | Default | Meaning |", "|---|---|---|"]
     lines += [f"| `{s.name}` | `{s.default or '(empty)'}` | {s.help} |" for s in SETTINGS]
     return "\n".join(lines)
