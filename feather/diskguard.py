@@ -5,7 +5,7 @@ rule: the database at or over that size. Otherwise, by default, the free-space r
 holds the SQLite file has less than the larger of MIN_FREE_BYTES or MIN_FREE_FRACTION of it free.
 A default install that fills its disk therefore pauses, prunes the catalogue first and holds the
 rebuild back, instead of failing writes at 100 %. On PostgreSQL the server's disk is not this
-process's to see, so only the byte rule applies there (the README says to set it).
+process's to see, so only the byte rule applies there (docs/operating.md says to set it).
 """
 from __future__ import annotations
 
