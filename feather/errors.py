@@ -43,7 +43,7 @@ _FRIENDLY = {
     403: "This page belongs to someone else, or to the people who run this server.",
 }
 _SCRIPT = {
-    404: "No such endpoint or resource. Check the path against the API documentation in the README.",
+    404: "No such endpoint or resource. Check the path against the API reference, docs/api.md in Feather's source.",
     405: "This endpoint does not accept {method}. Allowed: {allowed}.",
 }
 CSRF_PAGE = "This form had expired, so nothing was sent. Check it and send it again."

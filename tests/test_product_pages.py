@@ -128,7 +128,7 @@ def test_a_missing_page_is_a_friendly_404_and_a_wrong_method_a_friendly_405(clie
 def test_api_errors_are_written_for_scripts(client):
     assert client.get("/api/nope").json == {
         "error": "NotFound",
-        "message": "No such endpoint or resource. Check the path against the API documentation in the README."}
+        "message": "No such endpoint or resource. Check the path against the API reference, docs/api.md in Feather's source."}
     r = client.put("/api/session")
     assert (r.status_code, r.json) == (405, {
         "error": "MethodNotAllowed", "message": "This endpoint does not accept PUT. Allowed: DELETE, GET, POST."})
