@@ -10,8 +10,6 @@ from typing import Any, Mapping
 
 from flask import Flask
 
-__version__ = "0.1.0"
-
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from feather import db as dbmod, errors, pages, health, security

@@ -15,8 +15,8 @@ import time
 
 from flask import Blueprint, current_app, jsonify
 
-from feather import __version__
 from feather.db import current_dialect, db
+from feather.version import __version__
 from feather.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
 
 log = logging.getLogger(__name__)
