@@ -85,7 +85,7 @@ def init_app(app) -> None:
     if not app.config["FEATHER"].is_development:
         raise ConfigError("FEATHERREADER_EXTRA_FEATURES", "demo.feature is for `make demo` (development mode) only")
     from feather.security import csrf
-    from feather.sync import install_writer
+    from feather.sync.follow_writer import install_writer
 
     frames = load_frames()
     app.extensions["demo_accounts"] = accounts(frames)

@@ -134,7 +134,7 @@ def test_preview_mistakes_are_400(world):
 
 
 def test_preview_of_a_large_backfill_names_the_daily_cap(make_app):
-    from feather.sync import install_writer
+    from feather.sync.follow_writer import install_writer
     from feather.sync.memory import MemoryPds
 
     for cap, expect in ((None, "SYNC_APP_DAILY_FOLLOW_CAP (most follows per app per day)"),

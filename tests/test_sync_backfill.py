@@ -32,7 +32,7 @@ def test_backfill_lists_in_resumable_bursts_then_one_union_queues_every_missing_
 
 def test_listing_errors_back_off_and_resume_from_the_saved_cursor(env):
     from feather.sync import backfill, service
-    from feather.sync.writer import ServerError
+    from feather.sync.follow_writer import ServerError
 
     env.follow(ALICE, BSKY, BOB)
     service.configure(ALICE, env.settings, env.clock(), apps=["bluesky", "tangled"], enabled=True)

@@ -87,7 +87,8 @@ def _follow(pds, token, did, collection, subject) -> str:
 def _engine(app):
     """One turn of the background jobs: backfill bursts until idle, then the runner."""
     from feather.db import db
-    from feather.sync import backfill, default_writer
+    from feather.sync import backfill
+    from feather.sync.follow_writer import default_writer
     from feather.sync.runner import Runner
     from feather.sync.store import now_s
 

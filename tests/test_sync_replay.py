@@ -327,6 +327,7 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
 
     from feather import sync
     from feather.scheduler import guarded
+    from feather.sync.follow_writer import install_writer
     from feather.sync.memory import MemoryPds
     from feather.sync.store import rows
 
@@ -347,7 +348,7 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
     env.follow("did:plc:dave", BSKY, CAROL)
     for owner in (ALICE, "did:plc:dave"):
         env.enable(owner, ["bluesky", "tangled", "grain"])
-    sync.install_writer(env.app, pds)
+    install_writer(env.app, pds)
     [job] = [j for j in sync.jobs(env.settings) if j.id == "sync-runner"]
     guarded(env.app, job)()  # the scheduler's wrapper: app context and a connection, as in production
     assert rows("SELECT COUNT(DISTINCT owner_did || app) FROM sync_queue WHERE status = 'done'") == [(4,)]

@@ -287,7 +287,7 @@ def _unfollow_queued(env):
 
 
 def _refuse_with_400(*args, **kwargs):
-    from feather.sync.writer import BadRequest
+    from feather.sync.follow_writer import BadRequest
 
     raise BadRequest("Invalid record", status=400)
 

@@ -121,7 +121,7 @@ def test_listing_progress_counts_records_against_the_previews_figure(env):
 
 def test_a_listing_that_fails_is_shown_with_its_reason_and_next_try(env):
     from feather.sync import backfill, service
-    from feather.sync.writer import ServerError
+    from feather.sync.follow_writer import ServerError
 
     class Failing:
         def list_follows(self, owner, collection, cursor):

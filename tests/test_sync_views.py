@@ -54,7 +54,7 @@ def csrf(client) -> str:
 def world(make_app):
     """An app whose sync reads go to an in-memory PDS: alice follows bob and carol on Bluesky;
     bob has a Tangled profile, carol has none."""
-    from feather.sync import install_writer
+    from feather.sync.follow_writer import install_writer
     from feather.sync.memory import MemoryPds
 
     app = make_app()

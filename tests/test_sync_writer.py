@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from feather.atproto.pds import AuthInvalid, RecordNotFound, ServerError
-from feather.sync.writer import PdsFollowWriter, SessionGone
+from feather.sync.follow_writer import PdsFollowWriter, SessionGone
 
 FOLLOW = "sh.tangled.graph.follow"
 
@@ -79,7 +79,7 @@ def test_an_empty_page_ends_the_listing_even_when_a_cursor_comes_back():
 
 def test_the_in_memory_pds_answers_a_create_at_an_existing_rkey_with_a_500_and_keeps_the_record():
     from feather.sync.memory import MemoryPds
-    from feather.sync.writer import ServerError as WriterServerError
+    from feather.sync.follow_writer import ServerError as WriterServerError
 
     pds = MemoryPds()
     pds.create_follow("did:plc:alice", FOLLOW, "3kfollow00001", "did:plc:bob", "2026-01-01T00:00:00.000Z")

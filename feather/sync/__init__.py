@@ -5,13 +5,14 @@ Feature hooks (feather/features.py):
                  collections: the offered apps' follow collections) and, on the shared "global"
                  stream, profile creates of the apps watched live (late joiners).
   jobs           runner, backfill bursts, sweep, cleanup, and the people cache (names for the pages). They need a FollowWriter that can write
-                 with the owner's session: `app.extensions["sync_writer"]`, set by whoever wires
-                 sign-in (feather/auth) via `install_writer(app, writer)`. Without one the write
-                 jobs are not scheduled (the handler still mirrors and queues, so nothing is lost).
+                 with the owner's session: `follow_writer.app_writer(app)`, the one installed with
+                 `follow_writer.install_writer(app, writer)` or else the production one over
+                 feather/auth's sessions. Without one the write jobs skip their turn (the handler
+                 still mirrors and queues, so nothing is lost).
 Module map: apps (registry) · store (sets, shards) · shards (shard cursors across a count change)
 · handler (Jetstream; the only unfollow insert) · queue (follow-only helpers) · runner (lanes)
 · pacer (points) · backfill (listing, union, sweep) · service (owner operations, cleanup)
-· writer (PDS protocol + adapter) · memory (in-memory PDS) · preview (what enabling would write)
+· follow_writer (PDS protocol + adapter; the app's writer) · memory (in-memory PDS) · preview (what enabling would write)
 · outcomes (a row's result) · status (what the owner sees) · people (handles and names)
 · views (pages) · api (JSON for scripts).
 """
@@ -52,26 +53,6 @@ def _resume_on_sign_in(did: str) -> None:
 
     if resume_after_sign_in(did, now_s()):
         log.info("sync: resumed %s after a new sign-in", did)
-
-
-def install_writer(app, writer) -> None:
-    """Give the jobs a FollowWriter (feather/auth calls this once sessions can write)."""
-    app.extensions["sync_writer"] = writer
-
-
-def default_writer(app):
-    """The production FollowWriter: writes with feather/auth's session for the owner, reads anonymously."""
-    app = getattr(app, "_get_current_object", lambda: app)()  # the writer outlives any context proxy
-    if "auth" not in app.extensions:
-        return None
-    from feather import auth
-    from feather.atproto.identity import http_client_from_settings, resolver_for
-    from feather.sync.writer import PdsFollowWriter
-
-    writer = PdsFollowWriter(lambda did: auth.pds_client(did, app), resolver_for(app),
-                             http_client_from_settings(app.config["FEATHER"]))
-    app.extensions["sync_writer"] = writer
-    return writer
 
 
 def _members(shard: int, count: int):
@@ -154,6 +135,7 @@ def jobs(settings) -> list:
 
     from feather.scheduler import Job
     from feather.sync import backfill, people, service
+    from feather.sync.follow_writer import app_writer
     from feather.sync.runner import Runner
     from feather.sync.store import now_s
 
@@ -164,7 +146,7 @@ def jobs(settings) -> list:
     out.append(Job("sync-people", lambda: people.refresh_due(now_s()), people.RUN_SECS, jitter=5.0, first_run_delay=30.0))
 
     def writer():
-        return current_app.extensions.get("sync_writer") or default_writer(current_app)
+        return app_writer(current_app)
 
     def run() -> None:
         if writer() is not None:

@@ -18,6 +18,7 @@ from feather.errors import ApiError
 from feather.security import csrf
 from feather.sync import apps as registry
 from feather.sync import service, status
+from feather.sync.follow_writer import app_writer
 from feather.sync.store import now_s
 
 bp = Blueprint("sync_api", __name__, url_prefix="/api/sync")
@@ -44,12 +45,6 @@ def _guard():
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         csrf.protect()  # CSRFError -> 400 InvalidCsrfToken, like /api/session
     g.sync_owner = account.did
-
-
-def writer():
-    from feather.sync import default_writer
-
-    return current_app.extensions.get("sync_writer") or default_writer(current_app)
 
 
 @bp.get("")
@@ -102,7 +97,7 @@ def parse_apps(values: list[str]) -> list[str]:
 def get_preview():
     from feather.sync import preview
     from feather.sync.store import get_set
-    from feather.sync.writer import PdsError
+    from feather.sync.follow_writer import PdsError
 
     settings = _settings()
     keys = parse_apps(request.args.getlist("apps"))
@@ -115,10 +110,11 @@ def get_preview():
         raise ApiError(400, "InvalidRequest", str(exc)) from None
     if len(keys) < 2:
         raise ApiError(400, "InvalidRequest", "Name at least two apps: ?apps=bluesky,tangled")
-    if writer() is None:
+    reader = app_writer(current_app)
+    if reader is None:
         raise ApiError(503, "ServiceUnavailable", "Sync cannot read from PDSes on this instance right now.")
     try:
-        result = preview.compute(g.sync_owner, keys, settings, writer())
+        result = preview.compute(g.sync_owner, keys, settings, reader)
     except PdsError as exc:
         raise ApiError(502, "UpstreamFailure", f"Your PDS did not answer the listing: {exc}") from None
     status.remember_following(g.sync_owner, result, now_s())  # the "of about N" of the listing to come

@@ -17,7 +17,7 @@ from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import pacer, queue
 from feather.sync.store import execute, get_set, record_activity, rows, scalar
-from feather.sync.writer import FollowWriter, PdsError
+from feather.sync.follow_writer import FollowWriter, PdsError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 from feather.atproto.syntax import encode_tid
 from feather.jetstream.events import CommitEvent
-from feather.sync.writer import AuthExpired, NetworkError, RateLimited, ServerError, SessionGone
+from feather.sync.follow_writer import AuthExpired, NetworkError, RateLimited, ServerError, SessionGone
 
 FAULTS = ("429", "500", "401", "timeout", "timeout_after_success")
 

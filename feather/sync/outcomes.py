@@ -13,7 +13,7 @@ from __future__ import annotations
 from feather.db import db
 from feather.sync import pacer, queue
 from feather.sync.store import execute, park_account, pause, record_activity, scalar
-from feather.sync.writer import AuthExpired, AuthInvalid, BadRequest, PdsError, RateLimited, ScopeMissing, SessionGone
+from feather.sync.follow_writer import AuthExpired, AuthInvalid, BadRequest, PdsError, RateLimited, ScopeMissing, SessionGone
 
 LANE_AUTH_PARK_SECS = 300
 AUTH_STREAK_PAUSE = 5

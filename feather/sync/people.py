@@ -99,7 +99,7 @@ def look_up(did: str, resolver, read_profile: Callable[[str, str], dict | None])
 def pds_profile_reader(http) -> Callable[[str, str], dict | None]:
     """Read the `self` profile record anonymously from the person's PDS (guarded client)."""
     from feather.atproto.pds import PdsClient
-    from feather.sync.writer import self_record
+    from feather.sync.follow_writer import self_record
 
     def read(pds: str, did: str) -> dict | None:
         value = (self_record(PdsClient(http, pds), did, PROFILE) or {}).get("value")

@@ -15,7 +15,7 @@ import math
 from feather.atproto.syntax import is_valid_did
 from feather.sync import apps as registry
 from feather.sync import pacer
-from feather.sync.writer import FollowWriter, PdsError
+from feather.sync.follow_writer import FollowWriter, PdsError
 
 LIST_PAGES = 50  # x 100 records: 5,000 follows per app
 PROFILE_CHECKS = 150  # per profile collection (Bluesky and Semble share one)

@@ -27,7 +27,7 @@ from feather.sync import apps as registry
 from feather.sync import outcomes, pacer, queue
 from feather.sync.lanes import MAX_LANES, lease_lanes, process_id, release_lease, renew_lease
 from feather.sync.store import execute, get_set, now_s, record_activity, rows, scalar
-from feather.sync.writer import FollowWriter, PdsError
+from feather.sync.follow_writer import FollowWriter, PdsError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from feather.auth import consent_url, current_account, has_scopes, known_account, login_required
 from feather.sync import apps as registry
 from feather.sync import preview, service, status
-from feather.sync.api import parse_apps, writer
+from feather.sync.api import parse_apps
+from feather.sync.follow_writer import app_writer
 from feather.sync.store import get_set, now_s
 
 bp = Blueprint("sync", __name__)
@@ -130,7 +131,7 @@ def progress(handle: str):
 @bp.get("/u/<handle>/social-graph-sync/preview")
 @login_required
 def preview_page(handle: str):
-    from feather.sync.writer import PdsError
+    from feather.sync.follow_writer import PdsError
 
     account = _owner(handle)
     settings = _settings()
@@ -142,7 +143,7 @@ def preview_page(handle: str):
     if len(keys) < 2:
         flash("Choose at least two apps to keep in sync.", "error")
         return redirect(_page_url(account), 303)
-    result, error, reader = None, None, writer()
+    result, error, reader = None, None, app_writer(current_app)
     if reader is None:
         error = "This instance cannot read follow records right now, so there is no preview."
     else:

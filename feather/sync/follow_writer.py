@@ -1,7 +1,9 @@
-"""What sync needs from a PDS, as one small protocol, and the adapter over feather/atproto/pds.py.
+"""What sync needs from a PDS, as one small protocol, the adapter over feather/atproto/pds.py, and
+which one the app uses.
 
 The runner, backfill and sweep talk only to `FollowWriter`; unit tests pass the in-memory
-feather.sync.memory.MemoryPds, production passes `PdsFollowWriter`. Errors are the PDS client's
+feather.sync.memory.MemoryPds, production passes `PdsFollowWriter`. The jobs, the pages and the API
+find the app's writer through `app_writer` alone. Errors are the PDS client's
 typed errors (RateLimited, AuthExpired, AuthInvalid, ScopeMissing, RecordNotFound, BadRequest,
 ServerError, NetworkError) plus `SessionGone`: the owner has no usable sign-in any more.
 """
@@ -122,3 +124,31 @@ class PdsFollowWriter:
             if isinstance(record.get("uri"), str) and isinstance(subject, str):
                 out.append((_rkey(record["uri"]), subject))
         return out, (next_cursor if records else None)
+
+
+# --- the app's writer: app.extensions["sync_writer"]
+
+
+def install_writer(app, writer) -> None:
+    """Give the jobs and pages a FollowWriter (the demo and the tests install an in-memory PDS)."""
+    app.extensions["sync_writer"] = writer
+
+
+def default_writer(app):
+    """The production FollowWriter: writes with feather/auth's session for the owner, reads anonymously."""
+    app = getattr(app, "_get_current_object", lambda: app)()  # the writer outlives any context proxy
+    if "auth" not in app.extensions:
+        return None
+    from feather import auth
+    from feather.atproto.identity import http_client_from_settings, resolver_for
+
+    writer = PdsFollowWriter(lambda did: auth.pds_client(did, app), resolver_for(app),
+                             http_client_from_settings(app.config["FEATHER"]))
+    app.extensions["sync_writer"] = writer
+    return writer
+
+
+def app_writer(app) -> FollowWriter | None:
+    """The writer installed on app, else the production one; None while feather/auth is not wired
+    (the write jobs then skip their turn and the pages say they cannot read)."""
+    return app.extensions.get("sync_writer") or default_writer(app)
