@@ -14,7 +14,7 @@ _workers = None
 
 def post_worker_init(worker):
     global _workers
-    from feather.runtime import start_web_process
+    from feather.process.runtime import start_web_process
 
     _workers = start_web_process(worker.wsgi)
 

@@ -1,7 +1,7 @@
 """Feather: timelines, a consent-first network catalogue, and follow-graph sync for atproto.
 
 `create_app` wires configuration, the database, blueprints and error handlers. It starts
-nothing: no thread, no socket, no scheduler (see feather/workers.py for those).
+nothing: no thread, no socket, no scheduler (see feather/process/ for those).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ db_cli = AppGroup("db", help="Database commands.")
 @db_cli.command("upgrade")
 def db_upgrade():
     """Apply pending migrations (idempotent)."""
-    from feather.runtime import migrate
+    from feather.process.runtime import migrate
 
     applied = migrate(current_app)
     click.echo(f"applied {len(applied)} migration(s)" + (f": {applied}" if applied else ""))
@@ -21,7 +21,7 @@ def db_upgrade():
 @with_appcontext
 def worker():
     """Run the background workers (Jetstream consumers and scheduler) without a web server."""
-    from feather.runtime import run_worker_process
+    from feather.process.runtime import run_worker_process
 
     run_worker_process(current_app._get_current_object())
 

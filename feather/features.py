@@ -4,13 +4,15 @@ Features never import each other; they meet here (blueprints, subscriptions, job
 the database. A feature module may define:
   init_app(app)            register blueprints / template helpers
   subscriptions(settings)  -> list of feather.jetstream.subscriptions.Subscription
-  jobs(settings)           -> list of feather.scheduler.Job
+  jobs(settings)           -> list of Job (below), run by feather/process/scheduler.py
   operator_status(settings) -> dict of figures for the operator's status page (/admin)
 """
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any, Callable
 
 FEATURE_MODULES: tuple[str, ...] = (
     "feather.jetstream.feature",
@@ -19,6 +21,22 @@ FEATURE_MODULES: tuple[str, ...] = (
     "feather.sync",
     "feather.auth",
 )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A scheduled job, as the `jobs` hook declares it. Here rather than beside the scheduler so
+    that a feature declares its jobs without importing the process runtime (feather/process)."""
+
+    id: str
+    func: Callable[[], Any]
+    seconds: float  # interval between runs
+    jitter: float | None = None  # seconds of random jitter APScheduler adds to each run
+    first_run_delay: float = 0.0
+    kwargs: dict = field(default_factory=dict)
+    # False: the job runs in every worker process even where claims exist (it coordinates its
+    # own work through the database, like the sync runner's lane leases).
+    claimed: bool = True
 
 
 def modules(settings=None) -> list[ModuleType]:

@@ -4,7 +4,7 @@ It reads one real table page (a bare `SELECT 1` touches no page and would miss a
 file) under a 2 s budget, and reports version, each stream (cursor, host, connection, lag, whether
 and when it last failed), each job's recent runs and the pause state. Only a measured database
 failure makes it 503; anything else wrong is `"status": "degraded"` with `reasons`, read
-from what the worker processes publish (feather/status.py). No network call, ever.
+from what the worker processes publish (feather/process/status.py). No network call, ever.
 
 Anyone may read it, so it names no process (owner) and quotes no error: those are on /admin.
 """
@@ -16,8 +16,8 @@ import time
 from flask import Blueprint, current_app, jsonify
 
 from feather.db import current_dialect, db
+from feather.process.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
 from feather.version import __version__
-from feather.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
 
 log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
@@ -82,7 +82,7 @@ def probe() -> tuple[bool, dict]:
 
 
 def _published() -> dict:
-    from feather import status
+    from feather.process import status
 
     return status.read()
 

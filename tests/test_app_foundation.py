@@ -227,10 +227,10 @@ def test_gunicorn_logs_access_to_stdout_and_opens_no_shared_control_socket():
 
 @pytest.mark.once
 def test_a_web_process_applies_the_migrations_and_without_run_workers_starts_no_worker(make_app, tmp_path):
-    """gunicorn.conf.py's post_fork: feather.runtime.start_web_process on a fresh database."""
+    """gunicorn.conf.py's post_fork: feather.process.runtime.start_web_process on a fresh database."""
     from feather.db import db
     from feather.migrate import discover
-    from feather.runtime import start_web_process
+    from feather.process.runtime import start_web_process
 
     app = make_app(migrate=False, DATABASE_URL=f"sqlite:///{tmp_path}/fresh.db", FEATHERREADER_RUN_WORKERS="0")
     workers = start_web_process(app)
@@ -247,7 +247,7 @@ def test_a_web_process_applies_the_migrations_and_without_run_workers_starts_no_
 def test_flask_worker_with_the_scheduler_disabled_has_nothing_to_do_and_returns(make_app, tmp_path, monkeypatch):
     import signal
 
-    from feather.runtime import run_worker_process
+    from feather.process.runtime import run_worker_process
 
     installed = []  # the handlers would outlive the test in pytest's own process
     monkeypatch.setattr(gevent, "signal_handler", lambda sig, handler: installed.append(sig))

@@ -137,7 +137,7 @@ def test_a_stale_lease_from_a_crashed_worker_is_taken_over(store):
 def test_the_lease_of_a_process_killed_on_this_machine_is_taken_at_once_not_waited_out(store, caplog):
     import subprocess
 
-    from feather.liveness import holder_name
+    from feather.locks import holder_name
 
     killed = subprocess.Popen(["sleep", "30"])
     holder = holder_name(killed.pid)
@@ -158,19 +158,19 @@ def test_two_waiters_taking_a_killed_processs_lease_at_once_refresh_only_once(ap
     waits and reads the winner's token. (gone() yields after answering, so the two interleave.)"""
     import subprocess
 
-    from feather import liveness
+    from feather import locks
 
     killed = subprocess.Popen(["sleep", "30"])
-    holder = liveness.holder_name(killed.pid)
+    holder = locks.holder_name(killed.pid)
     killed.kill()
     killed.wait()
-    real_gone = liveness.gone
+    real_gone = locks.gone
 
     def gone_then_yield(name):
         answer = real_gone(name)
         gevent.sleep(0)
         return answer
-    monkeypatch.setattr(liveness, "gone", gone_then_yield)
+    monkeypatch.setattr(locks, "gone", gone_then_yield)
     store.save(grant())
     store.refresher.delay = 0.1
     db.execute_sql(store_q("UPDATE auth_grant SET lease_owner = ?, lease_until = ?"), (holder, NOW + LEASE_SECS))
@@ -187,7 +187,7 @@ def test_two_waiters_taking_a_killed_processs_lease_at_once_refresh_only_once(ap
 def test_a_running_processs_lease_is_waited_for_and_never_taken(app, store, monkeypatch):
     import subprocess
 
-    from feather.liveness import holder_name
+    from feather.locks import holder_name
 
     running = subprocess.Popen(["sleep", "30"])
     try:

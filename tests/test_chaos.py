@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from feather.workers import lock_key
+from feather.locks import lock_key
 from tests.conftest import PG_URL
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log

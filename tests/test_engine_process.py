@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from feather.supervisor import BACKOFF_MIN, JITTER
+from feather.process.supervisor import BACKOFF_MIN, JITTER
 from tests.support import peer_job_feature
 from tests.support.fake_jetstream import FakeJetstream, make_commit
 from tests.support.jetstream_wire import iso_now

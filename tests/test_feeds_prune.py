@@ -197,7 +197,7 @@ def test_the_prune_job_is_registered_every_10_seconds(app):
     job = by_id["feeds-prune"]
     assert job.seconds == 10.0
     put(app, "did:plc:a001", [1, 2, 3, 4, 5])
-    from feather.scheduler import guarded
+    from feather.process.scheduler import guarded
 
     guarded(app, job)()  # as the scheduler runs it: first tick ever, so a recovery pass is due
     assert times_of(app, "did:plc:a001") == [5, 4, 3]

@@ -58,7 +58,7 @@ def held_while(app, database_url, work, while_waiting):
     import psycopg2
 
     from feather.feeds.serial import LOCK_NAME
-    from feather.workers import lock_key
+    from feather.locks import lock_key
 
     def run():
         with app.app_context(), db.connection_context():

@@ -1,11 +1,11 @@
 """/health is public: it says that a stream, job or task failed and when, never which process owns
 it (hostname:pid) or what the error said (an error can name a private host and port). /admin,
-for the operator, shows both. The pieces here are published through feather/status.py exactly
+for the operator, shows both. The pieces here are published through feather/process/status.py exactly
 as a worker process publishes them."""
 import json
 
-from feather import status
 from feather.db import db
+from feather.process import status
 from tests.test_sync_views import sign_in
 
 OPERATOR = "did:plc:operator"

@@ -1,17 +1,18 @@
 """/health and /admin tell the truth in the three states an operator meets: healthy, Jetstream
 unreachable, a job failing. The workers run in-process here and publish what they are doing
-(feather/status.py), exactly as a separate worker process would."""
+(feather/process/status.py), exactly as a separate worker process would."""
 import socket
 
 import pytest
 
-from feather import supervisor
 from feather.db import current_dialect, db
+from feather.features import Job
 from feather.jetstream import consumer, observe
 from feather.jetstream.engine import Engine
 from feather.jetstream.observe import StreamObserver
-from feather.scheduler import Job, guarded
-from feather.verdict import judge
+from feather.process import supervisor
+from feather.process.scheduler import guarded
+from feather.process.verdict import judge
 from tests.support import mirror_feature
 from tests.support.fake_jetstream import make_commit
 from tests.support.waiting import wait_until
@@ -264,9 +265,9 @@ def test_admin_timeline_counts_stop_at_the_cap_and_seek_actor_to_actor(make_app,
 
 
 def test_published_rows_are_live_for_30_s_freshest_first_and_forgotten_after_a_day(make_app):
-    """feather/status.py: a heartbeat STALE_SECS old still counts; of two processes publishing the
+    """feather/process/status.py: a heartbeat STALE_SECS old still counts; of two processes publishing the
     same piece the freshest comes first; a row a day old is deleted by the next publish."""
-    from feather import status
+    from feather.process import status
 
     app = make_app()
     with app.app_context(), db.connection_context():

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from feather import supervisor
+from feather.process import supervisor
 from feather.db import db
 from feather.jetstream import consumer, store, writer
 from feather.jetstream.engine import Engine
@@ -181,7 +181,7 @@ def test_a_handler_failing_mid_batch_commits_nothing_and_the_batch_replays_exact
         counts = mirror_feature.apply_counts()
     assert {uri: counts.get(uri) for uri in stuck} == dict.fromkeys(stuck, 1)
     assert stream.writer_piece.streak == 0 and stream.writer_piece.failures == stream.stats["batch_failures"]
-    tracebacks = [r for r in caplog.records if r.name == "feather.supervisor" and r.levelno == logging.ERROR]
+    tracebacks = [r for r in caplog.records if r.name == "feather.process.supervisor" and r.levelno == logging.ERROR]
     assert len(tracebacks) == 1  # one streak, however many replays failed
 
 
@@ -222,7 +222,7 @@ def test_a_reader_killed_by_a_bug_is_restarted_by_the_supervisor_and_logged_once
         return real(*args)
 
     monkeypatch.setattr(consumer.hosts, "with_params", with_params_once)
-    with caplog.at_level(logging.ERROR, logger="feather.supervisor"):
+    with caplog.at_level(logging.ERROR, logger="feather.process.supervisor"):
         jetstream.drop()
         wait_until(lambda: stream.stats["connects"] == 2, message="reconnect after the restart")
     jetstream.append([make_commit("did:plc:alice", POST, "r1", "create")])

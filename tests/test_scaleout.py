@@ -8,7 +8,7 @@ import pytest
 
 from feather import features
 from feather.jetstream.subscriptions import merge
-from feather.workers import lock_key
+from feather.locks import lock_key
 from tests.conftest import PG_URL
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log

@@ -4,8 +4,9 @@ import logging
 import time
 from types import SimpleNamespace
 
-from feather import supervisor
-from feather.scheduler import Job, build_scheduler, guarded
+from feather.features import Job
+from feather.process import supervisor
+from feather.process.scheduler import build_scheduler, guarded
 
 
 def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app, caplog, monkeypatch):
@@ -20,7 +21,7 @@ def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app,
             raise outcome
 
     run = guarded(app, Job("flaky", flaky, 60))
-    with caplog.at_level(logging.INFO, logger="feather.supervisor"):
+    with caplog.at_level(logging.INFO, logger="feather.process.supervisor"):
         for _ in range(3):
             run()
         assert (run.piece.streak, run.piece.last_error, run.piece.state) == (3, "RuntimeError: upstream said no",
@@ -101,7 +102,7 @@ def test_a_failing_job_runs_again_the_very_second_its_backoff_ends(app, monkeypa
 
 
 def test_postgres_and_postgresql_urls_both_claim_through_advisory_locks(tmp_path):
-    from feather.workers import FileClaims, PgClaims, claims_for
+    from feather.process.workers import FileClaims, PgClaims, claims_for
 
     for url in ("postgres://feather:pw@db.example/feather", "postgresql://feather:pw@db.example/feather"):
         claims = claims_for(SimpleNamespace(database_url=url, sqlite_path=None, featherreader_data_dir=str(tmp_path)))

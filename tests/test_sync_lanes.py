@@ -325,7 +325,8 @@ def test_dialect_claiming_sql():
 
 
 def test_the_runner_job_is_not_claimed_so_every_worker_process_runs_it(app):
-    from feather.scheduler import Job, guarded
+    from feather.features import Job
+    from feather.process.scheduler import guarded
     from feather.sync import jobs
 
     by_id = {j.id: j for j in jobs(app.config["FEATHER"])}
@@ -337,14 +338,14 @@ def test_the_runner_job_is_not_claimed_so_every_worker_process_runs_it(app):
     assert calls == ["free"]
 
 
-# --- holders that are gone (feather.liveness)
+# --- holders that are gone (feather/locks.py)
 
 @pytest.fixture
 def exited_holder():
     """A holder name for a process of this machine that has exited (and was reaped)."""
     import subprocess
 
-    from feather.liveness import holder_name
+    from feather.locks import holder_name
 
     proc = subprocess.Popen(["sleep", "30"])
     name = holder_name(proc.pid)
@@ -358,7 +359,7 @@ def running_holder():
     """A holder name for a process of this machine that still runs."""
     import subprocess
 
-    from feather.liveness import holder_name
+    from feather.locks import holder_name
 
     proc = subprocess.Popen(["sleep", "30"])
     yield holder_name(proc.pid)
@@ -397,7 +398,7 @@ def test_a_gone_holders_lease_in_its_last_second_is_freed_too(ctx, exited_holder
 _ZOMBIE_KEEPER = """
 import os, subprocess, sys, time
 sys.path.insert(0, os.getcwd())
-from feather.liveness import holder_name
+from feather.locks import holder_name
 child = subprocess.Popen(["sleep", "30"])
 name = holder_name(child.pid)
 child.kill()
@@ -413,7 +414,7 @@ def test_a_holder_is_gone_only_on_this_machine_and_namespace_with_its_pid_and_st
     import subprocess
     import sys
 
-    from feather.liveness import gone, holder_name
+    from feather.locks import gone, holder_name
 
     assert gone(exited_holder) is True
     assert gone(running_holder) is False
@@ -447,7 +448,7 @@ def test_start_time_is_the_processes_start_in_ticks_since_boot():
     import subprocess
     import time
 
-    from feather.liveness import start_time
+    from feather.locks import start_time
 
     time.sleep(0.05)  # a clock tick is 10 ms: the child starts at least a few ticks after this process
     child = subprocess.Popen(["sleep", "30"])
@@ -482,7 +483,7 @@ def test_the_runner_of_a_restarted_process_writes_the_lanes_a_killed_one_held_at
 def test_a_holder_name_for_a_pid_that_runs_nothing_carries_no_mark_and_is_never_called_gone():
     import subprocess
 
-    from feather.liveness import gone, holder_name
+    from feather.locks import gone, holder_name
 
     proc = subprocess.Popen(["sleep", "30"])
     proc.kill()
@@ -497,7 +498,7 @@ def test_start_time_counts_fields_from_the_last_parenthesis_of_the_command_name(
     import shutil
     import subprocess
 
-    from feather.liveness import start_time
+    from feather.locks import start_time
 
     odd = tmp_path / "a) b"  # the command name (field 2) holds ") ": fields shift if cut at the first ")"
     shutil.copy(shutil.which("sleep"), odd)
@@ -515,14 +516,14 @@ def test_without_a_boot_id_holder_names_carry_no_mark(tmp_path, monkeypatch):
     """A /proc without sys/kernel/random/boot_id (some sandboxes): pids cannot be tied to a boot."""
     import os
 
-    from feather import liveness
+    from feather import locks
 
     (tmp_path / "self" / "ns").mkdir(parents=True)
     os.symlink("pid:[4026531836]", tmp_path / "self" / "ns" / "pid")
     (tmp_path / str(os.getpid())).mkdir()
     (tmp_path / str(os.getpid()) / "stat").write_text(
         f"{os.getpid()} (python) S" + " 0" * 18 + " 12345 0 0")
-    monkeypatch.setattr(liveness, "_PROC", tmp_path)
-    assert liveness.start_time(os.getpid()) == "12345"
-    name = liveness.holder_name()
-    assert "@" not in name and liveness.gone(name) is False
+    monkeypatch.setattr(locks, "_PROC", tmp_path)
+    assert locks.start_time(os.getpid()) == "12345"
+    name = locks.holder_name()
+    assert "@" not in name and locks.gone(name) is False

@@ -326,7 +326,7 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
     from flask import current_app
 
     from feather import sync
-    from feather.scheduler import guarded
+    from feather.process.scheduler import guarded
     from feather.sync.follow_writer import install_writer
     from feather.sync.memory import MemoryPds
     from feather.sync.store import rows

@@ -2,7 +2,7 @@
 
 For the accounts in FEATHERREADER_ADMIN_DIDS, signed in the usual way; anyone else gets 403.
 Server-rendered and complete without JavaScript; htmx only re-fetches the status part in place
-every few seconds (/admin/status). The same verdict as /health (feather/verdict.py), told in
+every few seconds (/admin/status). The same verdict as /health (feather/process/verdict.py), told in
 full: which process owns each stream, job and task, and the last errors, which the public
 /health leaves out.
 """
@@ -30,9 +30,10 @@ def _require_operator():
 
 def gather() -> dict:
     """Everything the page shows, as plain data (also what a test reads)."""
-    from feather import features, status
+    from feather import features
     from feather.admin import sections
-    from feather.verdict import judge
+    from feather.process import status
+    from feather.process.verdict import judge
 
     settings = current_app.config["FEATHER"]
     tables = set(db.get_tables())

@@ -139,6 +139,6 @@ def cleanup() -> None:
 
 
 def jobs(settings) -> list:
-    from feather.scheduler import Job
+    from feather.features import Job
 
     return [Job("auth-cleanup", cleanup, 3600.0, jitter=60.0, first_run_delay=60.0)]

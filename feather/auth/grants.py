@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from joserfc.jwk import ECKey
 
-from feather import liveness
+from feather import locks
 from feather.atproto.pds import Auth, AuthInvalid, ServerError
 from feather.auth import dpop
 from feather.auth.oauth import InvalidGrant, OAuthError
@@ -146,7 +146,7 @@ class GrantStore:
         return self._refresh(did, lambda g: g.access != rejected_access)
 
     def _refresh(self, did: str, done: Callable[[Grant], bool]) -> Grant:
-        owner = liveness.holder_name()  # unique per call: a random token after host and pid
+        owner = locks.holder_name()  # unique per call: a random token after host and pid
         deadline = time.monotonic() + LEASE_SECS + 5
         while True:
             grant = self.usable(did)
@@ -189,10 +189,10 @@ class GrantStore:
                       (did, owner))
 
     def _take_from_gone_holder(self, did: str, owner: str, now: int) -> bool:
-        """A lease whose holder was killed on this machine (liveness.gone) is taken at once rather
+        """A lease whose holder was killed on this machine (locks.gone) is taken at once rather
         than waited out: otherwise the owner's every request waits up to LEASE_SECS after a crash."""
         row = self._sql("SELECT lease_owner FROM auth_grant WHERE did = ? AND status = 'active'", (did,)).fetchone()
-        if row is None or not liveness.gone(row[0]):
+        if row is None or not locks.gone(row[0]):
             return False
         took = self._sql("UPDATE auth_grant SET lease_owner = ?, lease_until = ? WHERE did = ? AND status = 'active'"
                          " AND lease_owner = ?", (owner, now + LEASE_SECS, did, row[0]))

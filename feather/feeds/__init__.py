@@ -84,7 +84,7 @@ def subscriptions(settings) -> list:
 def jobs(settings) -> list:
     from feather.feeds.apply import sweep_tombstones
     from feather.feeds.prune import prune_tick
-    from feather.scheduler import Job
+    from feather.features import Job
 
     config = config_for(settings)
     out = [Job("feeds-tombstones", sweep_tombstones, TOMBSTONE_SWEEP_SECS, jitter=5.0,

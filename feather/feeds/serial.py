@@ -17,7 +17,7 @@ lets one writer in at a time, so there it is nothing.
 from __future__ import annotations
 
 from feather.db import current_dialect, db
-from feather.workers import lock_key
+from feather.locks import lock_key
 
 LOCK_NAME = "feeds-writes"
 _KEY = lock_key(LOCK_NAME)  # hashed once: every ingest batch takes it

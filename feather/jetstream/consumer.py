@@ -25,8 +25,8 @@ from feather.jetstream.observe import StreamObserver
 from feather.jetstream.subscriptions import Subscription, validate_dids
 from feather.jetstream.writer import BatchWriter
 from feather.net.websocket import FrameTooLarge, open_websocket
-from feather.status import Board
-from feather.supervisor import Piece, backoff_delay, supervise
+from feather.process.status import Board
+from feather.process.supervisor import Piece, backoff_delay, supervise
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from gevent.event import Event as Flag
 from feather.jetstream import hosts, store
 from feather.jetstream.consumer import Stream
 from feather.jetstream.subscriptions import Subscription, merge
-from feather.status import Board
-from feather.supervisor import supervise
+from feather.process.status import Board
+from feather.process.supervisor import supervise
 
 log = logging.getLogger(__name__)
 

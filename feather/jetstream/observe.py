@@ -1,7 +1,7 @@
 """What a stream reports about itself: host, connection, errors, throughput and lag.
 
 Kept apart from the socket loop so consumer.py stays about reading. `snapshot()` is what
-feather.status publishes for /health and /admin.
+feather.process.status publishes for /health and /admin.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def backlog(stream) -> bool:
 
 
 def refresh(stream) -> None:
-    """Fold reader, writer and socket facts into the stream's row (feather.status publishes it)."""
+    """Fold reader, writer and socket facts into the stream's row (feather.process.status publishes it)."""
     p, parts = stream.piece, (stream.reader_piece, stream.writer_piece)
     p.restarts = sum(x.restarts for x in parts)
     p.streak = max(x.streak for x in parts)

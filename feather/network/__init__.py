@@ -117,7 +117,7 @@ def _now_us() -> int:
 
 def jobs(settings) -> list:
     from feather.network import adoption, tasks as netjobs
-    from feather.scheduler import Job
+    from feather.features import Job
 
     found = []
     interval = settings.featherreader_adoption_interval_secs

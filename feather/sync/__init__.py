@@ -133,7 +133,7 @@ def _seed_cursors(count: int) -> None:
 def jobs(settings) -> list:
     from flask import current_app
 
-    from feather.scheduler import Job
+    from feather.features import Job
     from feather.sync import backfill, people, service
     from feather.sync.follow_writer import app_writer
     from feather.sync.runner import Runner

@@ -3,7 +3,7 @@
 Every worker process ticks its own runner; a tick first leases up to MAX_LANES − (live leases
 cluster-wide) free lanes in one short transaction. A lease is renewed before each row and cleared
 when the lane finishes. A dead process's leases expire after LEASE_SECS and another takes them,
-or at once when the dead process ran on the same machine and namespace (feather.liveness): a
+or at once when the dead process ran on the same machine and namespace (feather/locks.py): a
 restart after a `kill -9` then writes again at its first tick instead of a minute later.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
-from feather import liveness
+from feather import locks
 from feather.db import current_dialect, db
 from feather.sync.store import execute, rows, scalar
 
@@ -34,12 +34,12 @@ def process_id() -> str:
     """This process's lease-holder name (recomputed after a fork, so forked children differ)."""
     global _process
     if _process[0] != os.getpid():
-        _process = (os.getpid(), liveness.holder_name())
+        _process = (os.getpid(), locks.holder_name())
     return _process[1]
 
 
 def _lease_lock_key() -> int:
-    from feather.workers import lock_key
+    from feather.locks import lock_key
 
     return lock_key("sync-lanes")
 
@@ -80,7 +80,7 @@ def free_dead_holders(now: int) -> None:
     holders = rows("SELECT DISTINCT leased_by FROM sync_lanes WHERE leased_by IS NOT NULL AND lease_until >= ?"
                    " ORDER BY leased_by", now)
     for (holder,) in holders:
-        if liveness.gone(holder):
+        if locks.gone(holder):
             n = execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE leased_by = ?", holder).rowcount
             log.warning("sync: freed %d lane lease(s) of %s at once: that process is gone", n, holder)
 

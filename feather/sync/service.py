@@ -82,7 +82,7 @@ def _check_capacity(owner: str, settings) -> None:
     from feather.db import current_dialect
     from feather.jetstream.subscriptions import MAX_DIDS
     from feather.sync.store import shard_members, shard_of
-    from feather.workers import lock_key
+    from feather.locks import lock_key
 
     lock = current_dialect().xact_lock_sql(lock_key("sync-capacity"))
     if lock:

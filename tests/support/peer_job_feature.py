@@ -22,6 +22,6 @@ def probe() -> None:
 
 
 def jobs(settings) -> list:
-    from feather.scheduler import Job
+    from feather.features import Job
 
     return [Job(JOB_ID, probe, EVERY_SECS, first_run_delay=0.5)]

@@ -1,6 +1,6 @@
 """From what the workers published to "is the service doing its work?": shared by /health and /admin.
 
-Pure: it takes the saved cursors, the published rows (feather.status.read) and the settings, and
+Pure: it takes the saved cursors, the published rows (feather.process.status.read) and the settings, and
 returns each stream's and job's facts plus the reasons the service is degraded, worded for an
 operator. A stream that is not connected, lags, or a job failing its last N runs is degraded;
 a stream with no account to follow (an empty sync shard) is idle by design, not degraded, and

@@ -1,4 +1,9 @@
-"""Lease holders that can be proven dead, so their leases need not wait out their expiry.
+"""Who holds what across processes: the advisory-lock key of a claim, and lease holders that can be
+proven dead, so their leases need not wait out their expiry.
+
+`lock_key` is the one mapping from a claim name to a PostgreSQL advisory-lock key: the process
+runtime's claims (feather/process/workers.py), sync's capacity and lane locks and the feeds' write
+lock (feather/feeds/serial.py) take their locks through it, so one name is one lock everywhere.
 
 A lease names its holder. After a `kill -9` nobody clears the lease, and the work behind it (a
 sync lane, a token refresh) waits until the lease expires: a minute during which the owner's
@@ -11,12 +16,18 @@ as it always did. So a live holder is never robbed: at worst a dead one waits ou
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
 from pathlib import Path
 
 _PROC = Path("/proc")
+
+
+def lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory-lock key for a claim name."""
+    return int.from_bytes(hashlib.sha256(f"feather:{name}".encode()).digest()[:8], "big", signed=True)
 
 
 def _read(path: Path) -> str | None:

@@ -1,24 +1,13 @@
-"""Scheduled jobs on APScheduler's GeventScheduler: jobs run as greenlets under supervision (feather.supervisor)."""
+"""Scheduled jobs on APScheduler's GeventScheduler: jobs run as greenlets under supervision
+(feather.process.supervisor). A job is a feather.features.Job, declared by the features."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
+
+from feather.features import Job
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    func: Callable[[], Any]
-    seconds: float  # interval between runs
-    jitter: float | None = None  # seconds of random jitter APScheduler adds to each run
-    first_run_delay: float = 0.0
-    kwargs: dict = field(default_factory=dict)
-    # False: the job runs in every worker process even where claims exist (it coordinates its
-    # own work through the database, like the sync runner's lane leases).
-    claimed: bool = True
 
 
 def guarded(app, job: Job, claim: Callable[[str], bool] | None = None, board=None) -> Callable[[], None]:
@@ -30,8 +19,8 @@ def guarded(app, job: Job, claim: Callable[[str], bool] | None = None, board=Non
     once cluster-wide (unless the job says claimed=False).
     """
     from feather.db import db
-    from feather.status import Board
-    from feather.supervisor import run_job
+    from feather.process.status import Board
+    from feather.process.supervisor import run_job
 
     piece = (board or Board()).piece("job", job.id)
     piece.extra["every_secs"] = job.seconds

@@ -3,7 +3,7 @@
 Every long-running greenlet (a stream's reader and writer, the engine's watchers) runs under
 `supervise`, and every scheduled job under `run_job`. An unexpected exception is logged once per
 streak with its traceback (a loop failing every 5 s must not bury the log), the piece is
-restarted after a backoff, and its state is kept in a `Piece` that `feather.status` publishes
+restarted after a backoff, and its state is kept in a `Piece` that `feather.process.status` publishes
 for /health and /admin.
 """
 from __future__ import annotations

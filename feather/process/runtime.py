@@ -6,7 +6,7 @@ import signal
 
 from feather import db as dbmod
 from feather.migrate import upgrade
-from feather.workers import Workers
+from feather.process.workers import Workers
 
 log = logging.getLogger(__name__)
 

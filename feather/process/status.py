@@ -14,7 +14,7 @@ import socket
 import time
 from typing import Callable
 
-from feather.supervisor import Piece
+from feather.process.supervisor import Piece
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ FORGET_SECS = 86400  # rows of processes gone this long are deleted
 
 def owner_name() -> str:
     """hostname:pid: tells an operator which process runs what; /admin shows it, /health never does
-    (feather/verdict.py `public`)."""
+    (feather/process/verdict.py `public`)."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

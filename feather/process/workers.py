@@ -12,19 +12,15 @@ the database itself: the sync runner leases lanes, see feather/sync/runner.py.)
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
 
 import gevent.lock
 
+from feather.locks import lock_key
+
 log = logging.getLogger(__name__)
-
-
-def lock_key(name: str) -> int:
-    """A stable signed 64-bit advisory-lock key for a claim name."""
-    return int.from_bytes(hashlib.sha256(f"feather:{name}".encode()).digest()[:8], "big", signed=True)
 
 
 class FileClaims:
@@ -164,9 +160,9 @@ class Workers:
 
         from feather import features
         from feather.jetstream.engine import Engine
-        from feather.scheduler import build_scheduler
-        from feather.status import Board
-        from feather.supervisor import supervise
+        from feather.process.scheduler import build_scheduler
+        from feather.process.status import Board
+        from feather.process.supervisor import supervise
 
         self.board = Board()
         self._stopping = Event()
@@ -189,7 +185,7 @@ class Workers:
             self.board.publish()
 
     def _publish_loop(self) -> None:
-        from feather.status import PUBLISH_SECS
+        from feather.process.status import PUBLISH_SECS
 
         while True:
             self.publish()
