@@ -54,8 +54,18 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(health.bp)
     from feather import admin
     admin.init_app(app)
+    # The Jetstream engine's development tool (POST /admin/dev/jetstream-event, `flask dev-event`):
+    # not a feature, it has no subscription or job and only replays a hand-made event into the
+    # features' handlers. Always registered: the route and the command refuse outside development.
+    from feather.jetstream import feature as dev_injection
+    dev_injection.init_app(app)
     from feather import features
     features.register_blueprints(app)
+    # Core, not a feature: feeds and sync import feather.auth (sign-in, sessions, scopes). Wired after
+    # the features, because they declare their OAuth scopes in init_app and a production app builds
+    # its client metadata from the declared scopes when auth starts.
+    from feather import auth
+    auth.init_app(app)
     from feather import cli
     cli.init_app(app)
     return app

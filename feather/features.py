@@ -15,12 +15,14 @@ from types import ModuleType
 from typing import Any, Callable
 
 FEATURE_MODULES: tuple[str, ...] = (
-    "feather.jetstream.feature",
     "feather.feeds",
     "feather.network",
     "feather.sync",
-    "feather.auth",
 )
+# Core, not features: the features build on them (feeds and sync import feather.auth for sign-in,
+# sessions and scopes), so the app factory wires them itself (feather/__init__.py). Their hooks
+# other than init_app are collected here with the features' (feather.auth: its cleanup job).
+CORE_MODULES: tuple[str, ...] = ("feather.auth",)
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,22 @@ class Job:
     claimed: bool = True
 
 
+def _extra(settings) -> tuple[str, ...]:
+    return tuple(settings.featherreader_extra_features) if settings is not None else ()
+
+
 def modules(settings=None) -> list[ModuleType]:
-    extra = tuple(settings.featherreader_extra_features) if settings is not None else ()
-    return [importlib.import_module(name) for name in FEATURE_MODULES + extra]
+    """The features, FEATHERREADER_EXTRA_FEATURES included."""
+    return [importlib.import_module(name) for name in FEATURE_MODULES + _extra(settings)]
+
+
+def _hooked(settings) -> list[ModuleType]:
+    """Whose subscriptions, jobs and figures are collected: the features and the core modules."""
+    return [importlib.import_module(name) for name in FEATURE_MODULES + CORE_MODULES + _extra(settings)]
 
 
 def register_blueprints(app) -> None:
+    """Each feature's init_app (the core modules' are called by the app factory)."""
     for module in modules(app.config["FEATHER"]):
         if hasattr(module, "init_app"):
             module.init_app(app)
@@ -52,7 +64,7 @@ def register_blueprints(app) -> None:
 
 def subscriptions(settings) -> list:
     found = []
-    for module in modules(settings):
+    for module in _hooked(settings):
         if hasattr(module, "subscriptions"):
             found.extend(module.subscriptions(settings))
     return found
@@ -60,7 +72,7 @@ def subscriptions(settings) -> list:
 
 def jobs(settings) -> list:
     found = []
-    for module in modules(settings):
+    for module in _hooked(settings):
         if hasattr(module, "jobs"):
             found.extend(module.jobs(settings))
     return found
@@ -69,4 +81,4 @@ def jobs(settings) -> list:
 def operator_status(settings) -> dict:
     """{feature module name: its figures}, for /admin; a feature's own tables stay its own."""
     return {module.__name__: module.operator_status(settings)
-            for module in modules(settings) if hasattr(module, "operator_status")}
+            for module in _hooked(settings) if hasattr(module, "operator_status")}
