@@ -42,7 +42,7 @@ class _OneDocument:
     def get(self, url, **kwargs):
         from requests.structures import CaseInsensitiveDict
 
-        from feather.net import FetchResponse
+        from feather.outbound import FetchResponse
 
         return FetchResponse(200, CaseInsensitiveDict(), self.body, url, ())
 
@@ -82,7 +82,7 @@ def cases(workdir: Path):
     from feather.feeds.config import load
     from feather.feeds.publish import check_text
     from feather.jetstream.events import decode
-    from feather.net import FetchResponse
+    from feather.outbound import FetchResponse
     from feather.parsing import ascii_int, json_depth_ok, loads_limited
     from feather.security import DepthLimitedJSON
     from feather.sync.api import parse_apps

@@ -14,7 +14,7 @@ from feather.auth import NeedsReauth, declare_scopes, has_scopes, pds_client, se
 from feather.auth.oauth import InvalidGrant
 from feather.auth.service import AuthService
 from feather.db import db
-from feather.net import GuardedClient
+from feather.outbound import GuardedClient
 from tests.support.oauth_pds import approve
 from tests.support.pds import create_session, pds, xrpc  # noqa: F401
 

@@ -8,7 +8,7 @@ import pytest
 from feather.auth.dpop import new_key
 from feather.auth.views import safe_next
 from feather.config import ConfigError
-from feather.net import FetchFailed
+from feather.outbound import FetchFailed
 
 
 def csrf(client) -> str:

@@ -85,7 +85,7 @@ ALLOWED = {
     "feather/feeds/config.py::_QUERYABLE_KEYS": CONSTANT,
     "feather/feeds/config.py::_FEED_KEYS": CONSTANT,
     "feather/feeds/config.py::_TARGET_KEYS": CONSTANT,
-    "feather/net/policy.py::DEFAULT_PORTS": CONSTANT,
+    "feather/outbound/policy.py::DEFAULT_PORTS": CONSTANT,
     "feather/sync/apps.py::BY_KEY": CONSTANT,
     "feather/sync/apps.py::BY_FOLLOW": CONSTANT,
     "feather/sync/personal.py::EXPORT_COLUMNS": CONSTANT,

@@ -22,7 +22,7 @@ from feather.atproto.identity import DidDocument, UnresolvableDid
 from feather.feeds import cursor as cursors, generator, query
 from feather.feeds.auth import AuthError, verify
 from feather.jetstream.events import DecodeError, decode
-from feather.net import FetchResponse
+from feather.outbound import FetchResponse
 from feather.parsing import MAX_JSON_DEPTH, JsonTooDeep, ascii_int, json_depth_ok, loads_limited
 from tests.test_feeds_auth import LXM, P256, SERVICE, b64, mint
 from tests.test_identity import PLC, make

@@ -15,7 +15,7 @@ from feather.atproto.identity import (
     UnresolvableHandle,
     parse_did_document,
 )
-from feather.net import FetchFailed, FetchResponse
+from feather.outbound import FetchFailed, FetchResponse
 
 ALICE = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 BOB = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import urllib3.util.connection
 
-from feather.net import (
+from feather.outbound import (
     DEVELOPMENT_POLICY,
     STRICT_POLICY,
     USER_AGENT,

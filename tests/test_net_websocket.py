@@ -1,4 +1,4 @@
-"""The Jetstream socket under the guard (feather/net/websocket.py): vetted and pinned, no redirects,
+"""The Jetstream socket under the guard (feather/outbound/websocket.py): vetted and pinned, no redirects,
 no connection after a failed vetting, and an oversized frame refused before it is buffered."""
 import base64
 import hashlib
@@ -9,8 +9,8 @@ import gevent
 import pytest
 import websocket
 
-from feather.net import BlockedDestination, FetchFailed
-from feather.net.websocket import FrameTooLarge, open_websocket
+from feather.outbound import BlockedDestination, FetchFailed
+from feather.outbound.websocket import FrameTooLarge, open_websocket
 
 pytestmark = pytest.mark.once  # the socket layer holds no database
 

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from feather.net.websocket import open_websocket
+from feather.outbound.websocket import open_websocket
 from tests.test_net_websocket import RawServer, text_frame, upgrade
 
 pytestmark = pytest.mark.once  # the socket layer holds no database

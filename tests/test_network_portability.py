@@ -87,7 +87,7 @@ def test_live_the_portability_did_is_discoverable_readable_and_reconstructed(mak
     from feather.config import load_settings
     from feather.atproto.identity import resolver_from_settings
     from feather.network.relay import RelayClient
-    from feather.net import GuardedClient
+    from feather.outbound import GuardedClient
 
     settings = load_settings(overrides={"FEATHERREADER_ENV": "test"})
     did = settings.featherreader_portability_did

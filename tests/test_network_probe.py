@@ -4,7 +4,7 @@ import logging
 import pytest
 
 from feather.db import db
-from feather.net import GuardedClient
+from feather.outbound import GuardedClient
 from feather.network import adoption
 from feather.network.relay import MAX_PAGES, RelayClient, base_url
 from tests.support.fake_relay import FakeNetwork

@@ -9,7 +9,7 @@ from feather.atproto.identity import IdentityResolver
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.jetstream.events import CommitEvent
-from feather.net import GuardedClient
+from feather.outbound import GuardedClient
 from feather.network import before_stream_starts, rebuild, store, subscriptions, tasks as jobs
 from feather.network.httpclient import PacedClient
 from tests.support.fake_relay import FakeNetwork, subscription

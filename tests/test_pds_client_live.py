@@ -14,7 +14,7 @@ import pytest
 from feather.atproto.identity import IdentityResolver
 from feather.atproto.pds import AuthExpired, AuthInvalid, BearerAuth, PdsClient, RateLimited, RecordNotFound
 from feather.atproto.syntax import next_tid
-from feather.net import GuardedClient
+from feather.outbound import GuardedClient
 from tests.support.oauth_fakes import loopback_client
 from tests.support.pds import create_session, pds, pds_rate_limited  # noqa: F401
 

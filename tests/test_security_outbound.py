@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from feather.net import BlockedDestination, FetchFailed, NetError, parse_host
+from feather.outbound import BlockedDestination, FetchFailed, NetError, parse_host
 from tests.test_net_guard import FakeDNS, Server, dev_client, redirect, reply
 
 

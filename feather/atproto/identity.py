@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit
 from feather.atproto import crypto
 from feather.atproto.cache import TtlCache
 from feather.atproto.syntax import did_web_host, is_disallowed_handle_tld, is_valid_did, is_valid_handle, normalize_handle
-from feather.net import GuardedClient, NetError
+from feather.outbound import GuardedClient, NetError
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any, Callable, Iterator
 
-from feather.net import GuardedClient, NetError
+from feather.outbound import GuardedClient, NetError
 from feather.parsing import ascii_int
 
 log = logging.getLogger(__name__)

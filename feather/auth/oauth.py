@@ -17,7 +17,7 @@ from joserfc.jwk import ECKey
 from feather.atproto.cache import TtlCache
 from feather.auth import dpop
 from feather.config import ConfigError
-from feather.net import GuardedClient, NetError
+from feather.outbound import GuardedClient, NetError
 from feather.parsing import ascii_int
 
 log = logging.getLogger(__name__)

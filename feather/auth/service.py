@@ -19,7 +19,7 @@ from feather.auth.grants import Grant, GrantAuth, GrantStore, NeedsReauth
 from feather.auth.oauth import ClientConfig, InvalidGrant, OAuthClient, OAuthError
 from feather.auth.seal import Sealer
 from feather.db import current_dialect, db
-from feather.net import GuardedClient, NetError
+from feather.outbound import GuardedClient, NetError
 from feather.parsing import loads_limited
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ class AtprotoSources:
 
     def resolve_actor(self, identifier: str) -> str | None:
         from feather.atproto.identity import IdentityError
-        from feather.net import NetError
+        from feather.outbound import NetError
 
         if not is_valid_at_identifier(identifier):
             return None
@@ -72,7 +72,7 @@ class AtprotoSources:
     def list_follows(self, did: str, collection: str, deadline: float):
         from feather.atproto.identity import IdentityError, http_client_from_settings
         from feather.atproto.pds import PdsClient, PdsError
-        from feather.net import NetError
+        from feather.outbound import NetError
 
         try:
             endpoint = self._resolver().pds_endpoint(did)
@@ -86,7 +86,7 @@ class AtprotoSources:
 
     def signing_key(self, did: str):
         from feather.atproto.identity import IdentityError
-        from feather.net import NetError
+        from feather.outbound import NetError
 
         try:
             return self._resolver().signing_key(did)
@@ -103,7 +103,7 @@ class AtprotoSources:
     def list_recent(self, did: str, collection: str, limit: int, deadline: float):
         from feather.atproto.identity import IdentityError
         from feather.atproto.pds import PdsError
-        from feather.net import NetError
+        from feather.outbound import NetError
 
         out = []
         try:
@@ -120,7 +120,7 @@ class AtprotoSources:
     def get_record(self, did: str, collection: str, rkey: str):
         from feather.atproto.identity import IdentityError
         from feather.atproto.pds import BadRequest, PdsError, RecordNotFound
-        from feather.net import NetError
+        from feather.outbound import NetError
 
         try:
             data = self._pds(did).get_record(did, collection, rkey)
@@ -133,7 +133,7 @@ class AtprotoSources:
 
     def verified_handle(self, did: str):
         from feather.atproto.identity import IdentityError
-        from feather.net import NetError
+        from feather.outbound import NetError
 
         try:
             return self._resolver().resolve_identity(did).handle

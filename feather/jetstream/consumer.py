@@ -24,7 +24,7 @@ from feather.jetstream import observe
 from feather.jetstream.observe import StreamObserver
 from feather.jetstream.subscriptions import Subscription, validate_dids
 from feather.jetstream.writer import BatchWriter
-from feather.net.websocket import FrameTooLarge, open_websocket
+from feather.outbound.websocket import FrameTooLarge, open_websocket
 from feather.process.status import Board
 from feather.process.supervisor import Piece, backoff_delay, supervise
 
@@ -150,7 +150,7 @@ class Stream(BatchWriter):
             self.obs.trying(host)
             url = hosts.with_params(host, self.sub.collections, dids, self._connect_cursor(), MAX_FRAME_BYTES)
             try:
-                # The guarded socket (feather.net.websocket): vetted, pinned, no redirects, capped
+                # The guarded socket (feather.outbound.websocket): vetted, pinned, no redirects, capped
                 # frames. No websocket-client locks: only this greenlet reads, and the rare
                 # options_update writes, a different direction (gevent allows one of each). UTF-8 is
                 # checked by decode(), per frame: websocket-client's check costs 3x the receive time.

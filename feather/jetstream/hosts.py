@@ -39,11 +39,11 @@ def with_params(url: str, collections: list[str], dids: list[str] | None, cursor
 def vet(url: str, allow_private: bool) -> None:
     """Refuse plain ws:// and non-public addresses unless private networks are allowed.
 
-    The same rules as every outbound fetch (feather.net); a name that does not resolve right
+    The same rules as every outbound fetch (feather.outbound); a name that does not resolve right
     now is left to the consumer's backoff, which vets again on every connect.
     """
-    from feather.net import BlockedDestination, FetchFailed
-    from feather.net.policy import assert_public_target
+    from feather.outbound import BlockedDestination, FetchFailed
+    from feather.outbound.policy import assert_public_target
 
     try:
         assert_public_target(url, allow_private_network=allow_private)

@@ -1,6 +1,6 @@
 """The guarded client as the network feature uses it, and a per-host pacer for the rebuild.
 
-No new fetch primitive (docs/design.md, "Invariants"): both wrap feather.net.GuardedClient. The pacer exists because
+No new fetch primitive (docs/design.md, "Invariants"): both wrap feather.outbound.GuardedClient. The pacer exists because
 a rebuild talks to PDS hosts chosen by strangers and must stay at ≤ 1 request/second per host
 however many DIDs live there.
 """
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import gevent.lock
 
-from feather.net import GuardedClient
+from feather.outbound import GuardedClient
 
 
 def client_from_settings(settings) -> GuardedClient:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from feather.net import GuardedClient, NetError
+from feather.outbound import GuardedClient, NetError
 
 log = logging.getLogger(__name__)
 

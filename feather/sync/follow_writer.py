@@ -67,7 +67,7 @@ class PdsFollowWriter:
     def __init__(self, session_for: Callable[[str], PdsClient | None], resolver, http):
         self.session_for = session_for  # owner DID -> authenticated PdsClient, or None when signed out
         self.resolver = resolver  # feather.atproto.identity.IdentityResolver
-        self.http = http  # feather.net.GuardedClient
+        self.http = http  # feather.outbound.GuardedClient
 
     def _reader(self, did: str) -> PdsClient:
         from feather.atproto.identity import IdentityError

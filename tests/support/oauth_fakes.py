@@ -10,7 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from feather.net import GuardedClient
+from feather.outbound import GuardedClient
 
 
 class Request:

@@ -22,7 +22,7 @@ from urllib3.exceptions import (
     ReadTimeoutError,
 )
 
-from feather.net.errors import (
+from feather.outbound.errors import (
     BlockedDestination,
     BodyTooLarge,
     FetchFailed,
@@ -30,7 +30,7 @@ from feather.net.errors import (
     NetError,
     TooManyRedirects,
 )
-from feather.net.policy import (
+from feather.outbound.policy import (
     DEVELOPMENT_POLICY,
     STRICT_POLICY,
     AddressPolicy,
@@ -39,7 +39,7 @@ from feather.net.policy import (
     resolve_destination,
     system_resolver,
 )
-from feather.net.response import FetchResponse
+from feather.outbound.response import FetchResponse
 from feather.parsing import ascii_int
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 websocket-client left to itself resolves the name again after we vetted it (a DNS-rebinding
 window), follows redirects nobody vetted, and buffers a whole frame before anyone can look at
-its size. Here the URL is vetted and resolved once (feather.net.policy), the TCP connection goes
+its size. Here the URL is vetted and resolved once (feather.outbound.policy), the TCP connection goes
 to a vetted address (TLS SNI, certificate check and Host header use the name), redirects are
 refused, and a frame over the cap is read off the socket in small pieces and thrown away.
 """
@@ -15,9 +15,9 @@ import certifi
 import websocket
 from websocket._abnf import frame_buffer
 
-from feather.net.client import USER_AGENT
-from feather.net.errors import FetchFailed
-from feather.net.policy import (
+from feather.outbound.client import USER_AGENT
+from feather.outbound.errors import FetchFailed
+from feather.outbound.policy import (
     DEVELOPMENT_POLICY,
     SECURE_SCHEMES,
     STRICT_POLICY,

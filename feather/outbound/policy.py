@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
-from feather.net.errors import BlockedDestination, FetchFailed
+from feather.outbound.errors import BlockedDestination, FetchFailed
 from feather.parsing import ascii_int
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -1,8 +1,9 @@
-"""The guarded outbound HTTP client and its SSRF rules. Every fetch of a URL goes through here."""
+"""The one guarded outbound client and its SSRF rules: every fetch of a URL goes through GuardedClient
+and the Jetstream socket through feather.outbound.websocket."""
 from __future__ import annotations
 
-from feather.net.client import DEFAULT_MAX_BODY_BYTES, USER_AGENT, FetchResponse, GuardedClient
-from feather.net.errors import (
+from feather.outbound.client import DEFAULT_MAX_BODY_BYTES, USER_AGENT, FetchResponse, GuardedClient
+from feather.outbound.errors import (
     BlockedDestination,
     BodyTooLarge,
     FetchFailed,
@@ -10,7 +11,7 @@ from feather.net.errors import (
     NetError,
     TooManyRedirects,
 )
-from feather.net.policy import (
+from feather.outbound.policy import (
     DEVELOPMENT_POLICY,
     STRICT_POLICY,
     AddressPolicy,
