@@ -141,7 +141,7 @@ def test_a_token_claiming_another_account_is_refused_by_its_signature(app, pds):
 
 
 def test_a_pds_minted_token_verifies_with_the_key_from_the_plc_until_it_expires(app, pds):
-    from feather.feeds.auth import AuthError, verify
+    from feather.feeds.service_auth import AuthError, verify
     from feather.feeds.sources import sources_for
 
     token = service_token(pds, "bob")

@@ -20,7 +20,7 @@ from requests.structures import CaseInsensitiveDict
 from feather.atproto import syntax
 from feather.atproto.identity import DidDocument, UnresolvableDid
 from feather.feeds import cursor as cursors, generator, query
-from feather.feeds.auth import AuthError, verify
+from feather.feeds.service_auth import AuthError, verify
 from feather.jetstream.events import DecodeError, decode
 from feather.outbound import FetchResponse
 from feather.parsing import MAX_JSON_DEPTH, JsonTooDeep, ascii_int, json_depth_ok, loads_limited
@@ -180,7 +180,7 @@ def test_a_signed_token_is_accepted_exactly_when_its_times_are_whole_numbers_in_
         _, rest = token.split(".", 1)
         token = b64(json.dumps({"typ": "JWT", "alg": alg}).encode()) + "." + rest
     whole = type(exp) is int and type(iat) is int and (nbf is None or type(nbf) is int)
-    # The documented checks (feather/feeds/auth.py), with the 30 s skew and the hour's lifetime.
+    # The documented checks (feather/feeds/service_auth.py), with the 30 s skew and the hour's lifetime.
     valid = whole and exp + 30 >= NOW >= iat - 30 and (nbf is None or nbf <= NOW + 30) \
         and exp - iat <= 3600 and exp - NOW <= 3630
     try:

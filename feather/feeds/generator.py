@@ -21,8 +21,8 @@ from flask import Blueprint, abort, current_app, jsonify, request
 from feather.db import current_dialect, db
 from feather.errors import ApiError
 from feather.feeds import admission, backfill, budget, hybrid, query, schema
-from feather.feeds.auth import AuthError, init_errors, verify
 from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.service_auth import AuthError, init_errors, verify
 from feather.feeds.sources import sources_for
 from feather.parsing import ascii_int
 

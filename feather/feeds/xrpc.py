@@ -54,7 +54,7 @@ def get_feed():
         raise ApiError(404, "UnknownFeed", "Unknown feed")
     issuer = None
     if settings.feed_service_auth:
-        from feather.feeds.auth import verify_request
+        from feather.feeds.service_auth import verify_request
 
         issuer = verify_request(request.headers.get("Authorization"), config, settings,
                                 ChargedKeys(sources_for(current_app)))
@@ -130,7 +130,7 @@ def get_record(short: str):
 
 
 def make_blueprint(config: FeedsConfig) -> Blueprint:
-    from feather.feeds.auth import init_errors
+    from feather.feeds.service_auth import init_errors
 
     bp = Blueprint("feeds", __name__)
     init_errors(bp)
