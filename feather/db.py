@@ -1,4 +1,4 @@
-"""The database: a peewee proxy bound at runtime, so importing a model touches nothing.
+"""The database: a peewee proxy bound at runtime (`bind`), so importing code that uses it touches nothing.
 
 SQLite (default): WAL, busy_timeout 5 s, foreign keys on. PostgreSQL via DATABASE_URL.
 A write transaction on SQLite never yields to another greenlet (sqlite3 calls are plain C
@@ -137,12 +137,6 @@ def _page_size(database) -> int:
         size = database.execute_sql("PRAGMA page_size").fetchone()[0]
         database._feather_page_size = size
     return size
-
-
-class BaseModel(peewee.Model):
-    class Meta:
-        database = db
-        legacy_table_names = False
 
 
 def make_database(url: str) -> peewee.Database:

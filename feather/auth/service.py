@@ -245,11 +245,6 @@ class AuthService:
             return False
         return grant.kind == "password" or set(scopes) <= grant.scopes
 
-    def sign_out_everywhere(self, did: str) -> None:
-        """Revoke the grant at the server (best effort) and forget it here."""
-        self.revoke_everywhere(did)
-        self.grants.delete(did)
-
     def revoke_everywhere(self, did: str) -> None:
         """End the session at the person's server (best effort); the grant row stays for the caller.
         OAuth: both tokens at the revocation endpoint (refresh first: it is what keeps the session

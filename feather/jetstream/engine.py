@@ -124,9 +124,6 @@ class Engine:
             stream.stop(timeout=timeout)
         gevent.killall(self._greenlets, timeout=1)
 
-    def jobs(self) -> list:
-        return []
-
     def refresh_membership(self, name: str | None = None) -> None:
         """Nudge streams to re-read their DID sets now (in-process callers)."""
         for stream in self.streams.values():

@@ -168,8 +168,8 @@ class Workers:
         self._stopping = Event()
         self.engine = Engine(self.app, features.subscriptions(self.settings), claims=claims, board=self.board)
         self.engine.start()
-        self.scheduler = build_scheduler(self.app, features.jobs(self.settings) + self.engine.jobs(),
-                                         claim=claims.try_claim, board=self.board)
+        self.scheduler = build_scheduler(self.app, features.jobs(self.settings), claim=claims.try_claim,
+                                         board=self.board)
         self.scheduler.start()
         self._publisher = supervise(self.board.piece("task", "status-publisher"), self._publish_loop, self._stopping)
         self.running = True

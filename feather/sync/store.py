@@ -114,12 +114,6 @@ def record_activity(owner: str, at: int, app: str, kind: str, subject: str | Non
             " VALUES (?, ?, ?, ?, ?, ?, ?)", owner, at, app, kind, subject, points, detail)
 
 
-def recent_activity(owner: str, limit: int = 50) -> list[dict]:
-    found = rows("SELECT at, app, kind, subject, points, detail FROM sync_activity WHERE owner_did = ?"
-                 " ORDER BY at DESC, id DESC LIMIT ?", owner, limit)
-    return [dict(zip(("at", "app", "kind", "subject", "points", "detail"), r)) for r in found]
-
-
 # --- shards
 def shard_of(did: str, count: int) -> int:
     """Stable across processes and restarts (Python's hash() is salted per process)."""
