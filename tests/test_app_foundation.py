@@ -5,7 +5,7 @@ import gevent
 import pytest
 
 from feather import create_app
-from feather.config import SETTINGS, ConfigError, load_settings
+from feather.config import ConfigError, load_settings
 from tests.conftest import PG_URL
 
 
@@ -77,25 +77,6 @@ def test_development_generates_and_keeps_a_secret_key(tmp_path):
 def test_default_database_is_sqlite_file_in_data_dir(tmp_path):
     settings = load_settings({"FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": str(tmp_path)})
     assert settings.database_url == f"sqlite:///{tmp_path}/feather.db"
-
-
-def test_every_setting_is_documented_in_the_readme():
-    from tests.conftest import REPO
-
-    readme = (REPO / "README.md").read_text()
-    missing = [s.name for s in SETTINGS if f"`{s.name}`" not in readme]
-    assert missing == []
-
-
-def test_the_readme_settings_table_is_exactly_the_settings_in_order():
-    from tests.conftest import REPO
-
-    readme = (REPO / "README.md").read_text()
-    start = "<!-- settings:start (generated from feather/config.py SETTINGS) -->\n"
-    table = readme[readme.index(start) + len(start):readme.index("<!-- settings:end -->")]
-    expected = ["| Variable | Default | Meaning |", "|---|---|---|"] + [
-        f"| `{s.name}` | `{s.default or '(empty)'}` | {s.help} |" for s in SETTINGS]
-    assert table.splitlines() == expected
 
 
 @pytest.mark.skipif(bool(PG_URL), reason="SQLite pragmas only apply to SQLite")
@@ -197,15 +178,6 @@ def test_post_with_csrf_token_is_accepted(make_app):
     response = client.post("/form-under-test", data={"csrf_token": token})
     assert response.status_code == 200
     assert response.get_data(as_text=True) == "accepted"
-
-
-def test_the_readme_settings_table_is_the_one_generated_from_settings():
-    from feather.config import readme_table
-    from tests.conftest import REPO
-
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("<!-- settings:start (generated from feather/config.py SETTINGS) -->\n", 1)[1]
-    assert section.split("<!-- settings:end -->", 1)[0] == readme_table() + "\n"
 
 
 def test_gunicorn_logs_access_to_stdout_and_opens_no_shared_control_socket():

@@ -63,12 +63,13 @@ def test_make_demo_takes_both_ports():
     assert "demo/run.py --port 9000 --jetstream-port 7008" in make_dry_run("demo", "PORT=9000", "JETSTREAM_PORT=7008")
 
 
-def test_the_readme_lists_every_setting_production_requires_and_the_key_command():
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Running it for real"):readme.index("## Operating it")]
-    for text in ("`SECRET_KEY`", "`FEATHERREADER_PUBLIC_URL`", "`FEATHERREADER_OAUTH_CLIENT_KEYS`",
-                 "flask --app app new-oauth-client-key"):
-        assert text in section
+def test_the_docs_list_every_setting_production_requires_and_the_key_command():
+    for doc, end in (("docs/operating.md", "## Behind a proxy"), ("README.md", "## Code map")):
+        text = (REPO / doc).read_text()
+        section = text[text.index("## Running it for real"):text.index(end)]
+        for needed in ("`SECRET_KEY`", "`FEATHERREADER_PUBLIC_URL`", "`FEATHERREADER_OAUTH_CLIENT_KEYS`",
+                       "flask --app app new-oauth-client-key"):
+            assert needed in section, f"{doc}: {needed}"
 
 
 def test_no_file_in_the_repository_names_a_path_outside_it():
