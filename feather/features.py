@@ -6,6 +6,9 @@ the database. A feature module may define:
   subscriptions(settings)  -> list of feather.jetstream.subscriptions.Subscription
   jobs(settings)           -> list of Job (below), run by feather/process/scheduler.py
   operator_status(settings) -> dict of figures for the operator's status page (/admin)
+and, in init_app, register with `add_people_source(app, source)` what it already knows about
+people (`source(dids) -> {did: (verified handle or None, display name or None)}`, database reads
+only), so another feature can name a person without asking the network: `known_people(app, dids)`.
 """
 from __future__ import annotations
 
@@ -82,3 +85,17 @@ def operator_status(settings) -> dict:
     """{feature module name: its figures}, for /admin; a feature's own tables stay its own."""
     return {module.__name__: module.operator_status(settings)
             for module in _hooked(settings) if hasattr(module, "operator_status")}
+
+
+def add_people_source(app, source) -> None:
+    app.extensions.setdefault("people_sources", []).append(source)
+
+
+def known_people(app, dids) -> dict[str, tuple[str | None, str | None]]:
+    """{did: (handle, display name)} from every registered source; the first to know a field wins."""
+    found: dict[str, tuple[str | None, str | None]] = {}
+    for source in app.extensions.get("people_sources", []):
+        for did, (handle, name) in source(list(dids)).items():
+            old_handle, old_name = found.get(did, (None, None))
+            found[did] = (old_handle or handle, old_name or name)
+    return found

@@ -238,6 +238,38 @@ def test_home_shows_the_five_newest_timeline_entries_each_cut_at_280_characters(
     assert {len(s) for s in shown} == {280}
 
 
+def test_the_home_timeline_panel_names_authors_as_the_timeline_page_does(world):
+    from feather.db import current_dialect, db
+    from feather.feeds import config_for
+    from feather.feeds.records import store
+    from feather.feeds.schema import ensure
+
+    app, client, _ = world
+    sign_in(app, client)
+    config = config_for(app.config["FEATHER"])
+    q = current_dialect().q
+    authors = {"did:plc:bob": ("bob.test", "Bob"), "did:plc:carol": ("carol.test", None),
+               "did:plc:dave": (None, "Dave"), "did:plc:erin": (None, None)}
+    with app.app_context(), db.connection_context():
+        ensure(config)
+        for i, (did, (handle, display)) in enumerate(authors.items()):
+            uri, t = f"at://{did}/app.bsky.feed.post/3kaaaaaaaaa{i}2", 1_767_225_600_000_000 - i * 60_000_000
+            store(config.collections["post"], uri=uri, did=did, rkey=f"3kaaaaaaaaa{i}2", cid="bafy",
+                  record={"text": f"post by {did}"}, time_us=t)
+            db.execute_sql(q("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"),
+                           (ALICE, uri, "app.bsky.feed.post", t))
+            if handle:
+                db.execute_sql(q("INSERT INTO feed_identities (did, handle, handle_checked_us) VALUES (?, ?, 1)"),
+                               (did, handle))
+            if display:
+                store(config.collections["profile"], uri=f"at://{did}/app.bsky.actor.profile/self", did=did,
+                      rkey="self", cid="bafy", record={"displayName": display}, time_us=1)
+    html = client.get("/").get_data(as_text=True)
+    assert re.findall(r'<span class="who">(.*?)</span>', html) == [
+        '<strong class="name">Bob</strong> @bob.test', "@carol.test", '<strong class="name">Dave</strong>',
+        "did:plc:erin"]  # the DID only for an author the store cannot name
+
+
 def test_the_home_sync_panel_needs_two_offered_apps(make_app):
     headings = {}
     for allow in ("app.bsky.*", "app.bsky.*,sh.tangled.*"):

@@ -145,3 +145,80 @@ def test_the_sync_people_job_is_scheduled(app):
 
     job = next(j for j in jobs(app.config["FEATHER"]) if j.id == "sync-people")
     assert (job.seconds, job.claimed) == (people.RUN_SECS, True)
+
+
+# --- what Feather already holds: the timelines' verified handles and stored profile records
+def hold(did: str, handle: str | None = None, display=None, handle_checked_us: int = 1) -> None:
+    """What the feeds feature keeps about did: a verified handle in feed_identities and/or the
+    app.bsky.actor.profile record the stream stored."""
+    from flask import current_app
+
+    from feather.db import current_dialect, db
+    from feather.feeds import config_for
+    from feather.feeds.records import store
+    from feather.feeds.schema import ensure
+
+    config = config_for(current_app.config["FEATHER"])
+    ensure(config)
+    if handle is not None:
+        db.execute_sql(current_dialect().q("INSERT INTO feed_identities (did, handle, handle_checked_us)"
+                                           " VALUES (?, ?, ?)"), (did, handle, handle_checked_us))
+    if display is not None:
+        profile = config.by_nsid("app.bsky.actor.profile")
+        store(profile, uri=f"at://{did}/app.bsky.actor.profile/self", did=did, rkey="self", cid="bafy",
+              record={"$type": "app.bsky.actor.profile", "displayName": display}, time_us=1)
+
+
+CAROL = "did:plc:carolcarolcarolcarolcaro"
+DAVE = "did:plc:davedavedavedavedavedave"
+
+
+def test_people_the_timelines_hold_are_named_before_any_look_up(db_app):
+    from feather.sync.people import UNKNOWN, labels
+
+    hold(ADA, "ada.example.com", "Ada Lovelace")
+    hold(EVE, display="Eve")
+    hold(CAROL, "carol.example.com")
+    assert labels([ADA, EVE, CAROL, DAVE], T0) == {ADA: "Ada Lovelace (@ada.example.com)", EVE: "Eve",
+                                                   CAROL: "@carol.example.com", DAVE: UNKNOWN}
+    assert cached(ADA) == [(None, None, 0, 0, 0)]  # still wanted: the job verifies and refreshes on its own
+
+
+def test_a_failed_look_up_still_names_a_person_whose_profile_the_stream_stored(db_app):
+    from feather.sync.people import UNREACHABLE, labels, refresh_due
+
+    resolver, _, _, read_profile, _ = world({}, {})  # offline: every look-up fails
+    hold(EVE, display="Eve")
+    labels([EVE, DAVE], T0)
+    assert refresh_due(T0, resolver, read_profile) == 0
+    assert labels([EVE, DAVE], T0) == {EVE: "Eve", DAVE: UNREACHABLE}
+
+
+def test_the_caches_own_answer_comes_first_and_the_store_fills_what_it_lacks(db_app):
+    from feather.sync.people import labels, refresh_due
+
+    resolver, _, _, read_profile, _ = world({ADA: did_doc(ADA, "ada.example.com", PDS)}, {"ada.example.com": ADA})
+    labels([ADA], T0)
+    refresh_due(T0, resolver, read_profile)  # a handle, no display name on the PDS
+    hold(ADA, "stale.example.com", "Countess Ada")
+    assert labels([ADA], T0) == {ADA: "Countess Ada (@ada.example.com)"}
+
+
+def test_a_handle_an_identity_event_unverified_and_a_hostile_name_are_not_shown_as_stored(db_app):
+    from feather.sync.people import UNKNOWN, labels
+
+    hold(CAROL, "carol.example.com", handle_checked_us=0)  # the stream said carol's identity changed
+    hold(EVE, display="  E\u202eve\u200b\n ")
+    assert labels([CAROL, EVE], T0) == {CAROL: UNKNOWN, EVE: "Eve"}
+
+
+def test_the_activity_list_names_people_the_store_holds(db_app):
+    from feather.sync import service
+    from feather.sync.store import ensure_set, record_activity
+
+    ensure_set(ADA, T0)
+    hold(EVE, display="Eve")
+    record_activity(ADA, T0, "sifa", "waiting", EVE, 0, None)
+    record_activity(ADA, T0, "tangled", "follow", EVE, 3, None)
+    assert [a["message"] for a in service.activity(ADA, 50, now=T0)] == [
+        "Followed Eve on Tangled.", "Eve has no Sifa profile yet; Feather follows them there when they join."]

@@ -1,4 +1,5 @@
-"""Timelines' part of "your data" (feather/personal.py) and the newest entries on the home page.
+"""Timelines' part of "your data" (feather/personal.py), the newest entries on the home page, and
+the names the timelines hold, offered to other features (feather/features.py add_people_source).
 
 What is about the person: that their timeline is kept here (feed_actors), the timeline itself
 (feed_items: which posts, not the posts), and its backfill bookkeeping. The posts belong to their
@@ -58,7 +59,8 @@ def delete(did: str) -> None:
 
 
 def newest(config, did: str, limit: int = HOME_ENTRIES) -> list[dict]:
-    """The newest timeline entries with their text, for the home page (no network call)."""
+    """The newest timeline entries with their text and who wrote them (`name`, `handle`: what
+    the store holds, as on /timeline), for the home page (no network call)."""
     from feather.feeds.records import load_many
 
     found = [{"uri": u, "collection": c, "time_us": t, "author": u.split("/")[2], "text": None} for u, c, t in _sql(
@@ -74,19 +76,40 @@ def newest(config, did: str, limit: int = HOME_ENTRIES) -> list[dict]:
             record = json.loads(stored[e["uri"]][1] or "null") if e["uri"] in stored else None
             if isinstance(record, dict) and isinstance(record.get("text"), str):
                 e["text"] = record["text"][:280]
-    handles = dict(_sql("SELECT did, handle FROM feed_identities WHERE handle IS NOT NULL AND did IN ("
-                        + ", ".join("?" * len(found)) + ")", [e["author"] for e in found]).fetchall()) if found else {}
+    known = people(config, [e["author"] for e in found])
     for e in found:
-        e["who"] = f"@{handles[e['author']]}" if e["author"] in handles else e["author"]
+        e["handle"], e["name"] = known.get(e["author"], (None, None))
         e["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(e["time_us"] / 1_000_000))
         e["iso"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e["time_us"] / 1_000_000))
     return found
 
 
+def people(config, dids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """{did: (verified handle or None, display name or None)} for those of dids the store can name:
+    the handle feed_identities holds (unless an identity event has made it unverified since) and the
+    display name of the stored profile record, as /timeline shows them. Database reads only."""
+    from feather.feeds import schema
+    from feather.feeds.records import _uri_in
+    from feather.feeds.timeline import _display_names
+
+    dids = list(dict.fromkeys(d for d in dids if d))
+    if not dids:
+        return {}
+    schema.ensure(config)  # a fresh database has no profile table until first use
+    handles = {did: handle for did, handle, checked in _uri_in(
+        "SELECT did, handle, handle_checked_us FROM feed_identities WHERE handle IS NOT NULL AND did IN", dids)
+        if checked}
+    names = _display_names(config, dids)
+    return {did: (handles.get(did), names.get(did)) for did in dids if did in handles or did in names}
+
+
 def register(app, config) -> None:
+    from feather.features import add_people_source
     from feather.personal import Holding, register as add, register_panel
 
     add(app, Holding("timelines", "Timelines", describe, export, delete, order=10))
+    # Other features (graph sync's pages) name people by what the timelines already hold.
+    add_people_source(app, lambda dids: people(config, dids))
     if not config.feeds:
         return
 

@@ -1,8 +1,11 @@
 """Handles and display names of the people sync pages mention, so they read "Ada (@ada.example)".
 
-A page never waits on the network: `labels(dids, now)` reads the cache (table sync_people) and
-marks the DIDs it could not name as wanted. The `sync-people` job (`refresh_due`, every RUN_SECS,
-at most PER_RUN look-ups) fills them in the background through the guarded client:
+A page never waits on the network: `labels(dids, now)` reads the cache (table sync_people), fills
+what it lacks from what other features already hold (feather/features.py known_people: the
+timelines' verified handles and stored profile records, so a person the stream has shown is named
+even while their look-up fails), and marks the DIDs it has not looked up as wanted. The
+`sync-people` job (`refresh_due`, every RUN_SECS, at most PER_RUN look-ups) fills them in the
+background through the guarded client:
   - the handle from the DID document's alsoKnownAs, shown only when it resolves back to the same
     DID (IdentityResolver.resolve_identity checks both directions);
   - the display name from the app.bsky.actor.profile `self` record on the person's PDS.
@@ -82,11 +85,26 @@ def labels(dids, now: int) -> dict[str, str]:
                 execute("INSERT INTO sync_people (did, wanted_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING", did, now)
             for did in stale:
                 execute("UPDATE sync_people SET wanted_at = ? WHERE did = ?", now, did)
+    held = held_elsewhere([d for d in wanted if not (found.get(d) and found[d][0] and found[d][1])])
     out = {}
     for did in wanted:
         handle, name, fetched_at, _, failures = found.get(did, (None, None, 0, 0, 0))
-        out[did] = Person(did, handle, name).label if fetched_at else UNREACHABLE if failures else UNKNOWN
+        other_handle, other_name = held.get(did, (None, None))
+        handle, name = handle or other_handle, name or clean_name(other_name)
+        if fetched_at or handle or name:
+            out[did] = Person(did, handle, name).label
+        else:
+            out[did] = UNREACHABLE if failures else UNKNOWN
     return out
+
+
+def held_elsewhere(dids: list[str]) -> dict[str, tuple]:
+    """{did: (handle, display name)} that other features hold (database reads), or {} outside an app."""
+    from flask import current_app, has_app_context
+
+    from feather.features import known_people
+
+    return known_people(current_app, dids) if dids and has_app_context() else {}
 
 
 def look_up(did: str, resolver, read_profile: Callable[[str, str], dict | None]) -> Person:
