@@ -143,7 +143,9 @@ def check_change(owner: str, settings, *, enabled: bool | None = None, paused: b
 
 def activity(owner: str, limit: int = 50, now: int | None = None) -> list[dict]:
     """The newest rows, every kind (an attempt in flight or interrupted is shown, never hidden), each
-    with `message`: a plain sentence naming people by handle (status.activity_words)."""
+    with `message`: a plain sentence naming people by handle (status.activity_words). The list's
+    `groups` are the page's lines: consecutive rows that differ only by the person, as one line
+    with the names (status.group_activity; the list is a status.Activity)."""
     from feather.sync import people, status
     from feather.sync.store import now_s
 
@@ -156,11 +158,19 @@ def activity(owner: str, limit: int = 50, now: int | None = None) -> list[dict]:
     sync_set = get_set(owner)
     parked = sync_set.parked_until if sync_set else 0
     newest_park = next((a["id"] for a in found if a["kind"] == "rate_limited"), None)
+    context = {a["id"]: (retries.get(a["id"]), parked if a["id"] == newest_park else 0) for a in found}
+
+    def words(row: dict, who: str | None = None) -> str:
+        known = names if who is None else {row["subject"] or "": who}
+        return status.activity_words(row, known, now, *context[row["id"]])
+
     for a in found:
-        a["message"] = status.activity_words(a, names, now, retries.get(a["id"]),
-                                             parked if a["id"] == newest_park else 0)
+        a["message"] = words(a)
+    out = status.Activity(found)
+    out.groups = status.group_activity(found, names, words)
+    for a in found:
         del a["id"]
-    return found
+    return out
 
 
 def _retry_context(owner: str, failed: list[dict]) -> dict[int, dict]:

@@ -5,6 +5,8 @@ follows waiting for a profile, and failures with their reason and next retry. Da
 fragment that explains; service.state() adds it to the counters. People are named through the
 people cache (feather/sync/people.py), never by a network call here. Times read "14:05 UTC (in 12
 minutes)", relative to `now`; sentences are plain words (a test fails on an internal word).
+`group_activity` turns the activity rows into the page's lines: "19 people have no Sifa profile
+yet; …" once, with the names, instead of nineteen lines that differ only by the person.
 """
 from __future__ import annotations
 
@@ -213,3 +215,53 @@ def overview(owner: str, sync_set, settings, now: int) -> dict:
                          "message": f"Could not {write_words(kind, names[subject], app)}: {error}."
                                     f" Feather gave up after {plural(attempts, 'try', 'tries')}."})
     return {"per_app": per_app, "next_write": soonest[0] if soonest else None, "problems": problems}
+
+
+# --- the activity list as the page shows it
+WHO = "\x00person\x00"  # stands for the person while two rows' sentences are compared
+
+
+class Activity(list):
+    """The activity rows, newest first (the shape of GET /api/sync/activity), and `groups`: the
+    page's lines, where consecutive rows of one kind and app that differ only by the person read
+    as one line with a count and the names (group_activity)."""
+
+    groups: list[dict]
+
+
+def group_activity(rows: list[dict], names: dict[str, str], words) -> list[dict]:
+    """Lines for the page from rows newest first. words(row, who) is the row's sentence naming the
+    person `who`. A line: at (its newest row), first_at (its oldest), kind, app, message, count and
+    people (the names, newest first; empty for a row about nobody)."""
+    lines: list[dict] = []
+    for row in rows:
+        subject = row["subject"]
+        shape = words(row, WHO) if subject else None
+        last = lines[-1] if lines else None
+        if (shape and last and last["_shape"] == shape and (last["kind"], last["app"]) == (row["kind"], row["app"])
+                and subject not in last["_subjects"]):
+            last["_subjects"].append(subject)
+            last["people"].append(_capital(names.get(subject, people.UNKNOWN)))
+            last["count"] += 1
+            last["first_at"] = row["at"]
+            last["message"] = _group_words(row, last["count"], words)
+            continue
+        lines.append({"at": row["at"], "first_at": row["at"], "kind": row["kind"], "app": row["app"],
+                      "message": row["message"], "count": 1,
+                      "people": [_capital(names.get(subject, people.UNKNOWN))] if subject else [],
+                      "_shape": shape, "_subjects": [subject]})
+    for line in lines:
+        del line["_shape"], line["_subjects"]
+    return lines
+
+
+def _capital(label: str) -> str:
+    return label[:1].upper() + label[1:] if label.startswith("someone") else label
+
+
+def _group_words(row: dict, count: int, words) -> str:
+    who = f"{number(count)} people"
+    if row["kind"] == "waiting":
+        return f"{who} have no {app_name(row['app'])} profile yet; Feather follows them when they join."
+    text = words(row, who)  # "Followed 3 people on Tangled.", "Could not follow 3 people on Sifa: …"
+    return text.replace("whether it was written", "whether each was written") if row["kind"] == "interrupted" else text
