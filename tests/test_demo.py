@@ -1,5 +1,5 @@
 """`make demo` works offline: demo/run.py (fake Jetstream replaying demo/events.jsonl + gunicorn) serves a
-timeline, the network catalogue and the sync page within a minute."""
+timeline, the network catalogue and the sync page within a minute, naming people as a new user expects."""
 from __future__ import annotations
 
 import json
@@ -93,6 +93,23 @@ def test_make_demo_shows_a_timeline_the_catalogue_and_sync(tmp_path):
 
         html = _wait_for("the sync page", sync_page, proc, log, deadline)
         assert "On for <strong>Bluesky</strong>, <strong>Tangled</strong> and <strong>Sifa</strong>." in html
+        # Activity names the demo's people by the profiles the stream brought (offline: no look-up
+        # succeeds), and the people waiting for a profile on one app are one line with their names.
+        names = {handle.split(".")[0].capitalize() for handle in accounts(load_frames())}
+        activity = re.search(r'<ol class="activity">(.*?)</ol>', html, re.S).group(1)
+        assert "someone (" not in activity.lower() and "did:plc:" not in activity
+        assert set(re.findall(r"</time> Followed (\w+) on (?:Bluesky|Tangled|Sifa)\.</li>", activity)) <= names
+        waiting = re.findall(r"</time> (\d+) people have no (?:Sifa|Tangled) profile yet; Feather follows them when"
+                             r" they join\.\s*<details class=\"people\"><summary>Show their names</summary>\s*"
+                             r"<ul>(.*?)</ul>", activity, re.S)
+        assert waiting, activity
+        for count, listed in waiting:
+            shown = re.findall(r"<li>([^<]*)</li>", listed)
+            assert len(shown) == int(count) >= 2 and set(shown) <= names, (count, shown)
+        home = session.get(f"{base}/", timeout=5).text
+        authors = re.findall(r'<span class="who">(.*?)</span>', home)
+        named = [re.fullmatch(r'<strong class="name">(\w+)</strong>', a) for a in authors]
+        assert len(authors) == 5 and all(m and m[1] in names for m in named), authors  # names, not DIDs
         print(f"demo ready in {time.monotonic() - started:.1f} s")
     finally:
         proc.send_signal(signal.SIGTERM)
