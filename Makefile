@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 JETSTREAM_PORT ?= 6008
 PYTHON ?= python3
 
-.PHONY: run test nightly install worker demo bench clean
+.PHONY: run test lint nightly install worker demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,12 @@ worker: install
 demo: install
 	$(BIN)/python demo/run.py --port $(PORT) --jetstream-port $(JETSTREAM_PORT)
 
-test: install
+# The guards that keep the shape: ruff (pyproject.toml) and the import contracts (.importlinter).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+test: install lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The tests that read the public atproto network (marked `live`; every other run deselects them).

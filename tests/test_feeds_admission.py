@@ -5,7 +5,7 @@ import pytest
 
 from feather.db import db
 from tests.fixtures.feeds.feedkit import (
-    BASE_US, FOLLOW, POST, PROFILE, FakeSources, cid_of, feed_uris, feeds_app, follow, ingest, iso, post, rows,
+    BASE_US, POST, PROFILE, FakeSources, feed_uris, feeds_app, follow, iso, post, rows,
     toml, unfollow,
 )
 

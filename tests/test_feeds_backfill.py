@@ -41,7 +41,7 @@ def test_first_read_answers_at_once_then_fills_the_feed_from_stored_posts(app, p
     assert (first.status_code, first.json) == (200, {"records": []})  # never waits for the PDS
     join_backfills(app)
     assert backfill_row(app) == [(1, 0, True, True)]
-    assert rows(app, f"SELECT count(*) FROM feed_records_follow WHERE did = ?", (A,)) == [(3,)]
+    assert rows(app, "SELECT count(*) FROM feed_records_follow WHERE did = ?", (A,)) == [(3,)]
     body = client.get(f"{GET_FEED}?feed=timeline&actor=alice.test").json
     assert [r["rkey"] for r in body["records"]] == ["b3", "b2", "b1", "b0", "c0"]
     assert any("listRecords" in r and "cursor=2" in r for r in pds.requests)  # it paged

@@ -1,5 +1,4 @@
 """/health: one real page read, JSON facts, 503 only on a measured database failure."""
-import pytest
 
 from feather.db import current_dialect, db
 

@@ -1,6 +1,5 @@
 """Capability 2: the live projection, driven through the engine's batch entry point (no socket)."""
 import random
-from pathlib import Path
 
 import pytest
 

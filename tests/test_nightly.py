@@ -1,4 +1,4 @@
-"""The live tests run nightly and only nightly: a scheduled workflow runs `make nightly`, which
+"""The guards make test runs first, and the live tests: nightly and only nightly: a scheduled workflow runs `make nightly`, which
 selects exactly the `live` tests with FEATHER_LIVE_NETWORK=1; every other run deselects them."""
 from __future__ import annotations
 
@@ -41,3 +41,9 @@ def test_only_the_nightly_switch_selects_the_live_tests():
     assert collected(True, "-m", "live") == live
     everyday = collected(False)
     assert everyday and not set(live) & set(everyday)
+
+
+def test_make_test_runs_the_lint_guards_before_the_suite():
+    dry = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    lines = [line for line in dry.splitlines() if line.startswith(".venv/bin/")]
+    assert lines == [".venv/bin/ruff check .", ".venv/bin/lint-imports", ".venv/bin/pytest "]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 
-from flask import Blueprint
 
 from tests.test_sync_kit import ALICE
 from tests.test_sync_views import sign_in, world  # noqa: F401

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, T0, TANGLED, Env
+from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, T0, Env
 
 INTERNAL_WORDS = ("backfill_done", "rate_limited", "sending", "did:plc:", "1 follows", " retry.")
 

@@ -9,7 +9,7 @@ import secrets
 
 import pytest
 
-from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, TANGLED
+from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL
 
 PAGE = "/u/alice.test/social-graph-sync"
 TANGLED_PROFILE = "sh.tangled.actor.profile"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.browser.helpers import assert_clean_console, sign_in_with_app_password
+from tests.browser.helpers import sign_in_with_app_password
 from tests.support.browser import ARTIFACTS, FeatherServer, ensure_htmx
 
 pytestmark = [pytest.mark.browser, pytest.mark.pds, pytest.mark.slow, pytest.mark.once]

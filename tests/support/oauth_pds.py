@@ -30,8 +30,6 @@ def _cookies(resp: requests.Response, jar: dict[str, str]) -> None:
 
 def approve(authorize_url: str, username: str, password: str, scope: str | None = None) -> dict[str, str]:
     """Sign in and consent at authorize_url; returns the callback query (code, state, iss)."""
-    parts = urlsplit(authorize_url)
-    origin = f"{parts.scheme}://{parts.netloc}"
     jar: dict[str, str] = {}
     page = requests.get(authorize_url, timeout=15, allow_redirects=False, headers={
         "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document", "Sec-Fetch-Site": "none",
