@@ -42,7 +42,7 @@ def statements(config):
         "mark heavy": (fanout.mark_heavy_sql(feed, S, 1), ["feed_heavy_authors"]),
         "target delete": (fanout.target_delete_sql(POST_URI), ["feed_items"]),
         "follow backfill": (fanout.follow_backfill_sql(config, feed, 0, A, S), [post_table, "r", "feed_items"]),
-        "unfollow": (fanout.unfollow_sql(A, S, target.nsid), ["feed_items"]),
+        "unfollow": (fanout.unfollow_sql(config, A, S, target.nsid), ["feed_items", follow_table, "r"]),
         "cutoff delete": (prune.cutoff_delete_sql(A, target.nsid, 200), ["feed_items"]),
         "sweep first page": (prune.actors_page_sql(None, 500), ["feed_items"]),
         "sweep next page": (prune.actors_page_sql(A, 500), ["feed_items"]),
@@ -70,7 +70,8 @@ def statements(config):
                           [follow_table, "r"]),
         "batch heavy probe": (batch.heavy_authors_sql(config, feed, [S, A]), [follow_table, "r"]),
         "batch backfill": (batch.backfill_sql(config, feed, 0, [(A, S), (S, A)]), [post_table, "r", "r_n", "feed_items"]),
-        "batch unfollow": (batch.unfollow_sql([(A, S, target.nsid), (S, A, target.nsid)]), ["feed_items"]),
+        "batch unfollow": (batch.unfollow_sql(config, [(A, S, target.nsid), (S, A, target.nsid)]),
+                           ["feed_items", follow_table, "r"]),
         "batch target delete": (batch.remove_targets_sql([POST_URI, OTHER_URI]), ["feed_items"]),
         "batch resync": (batch.resync_sql([(POST_URI, 1), (OTHER_URI, 2)]), ["feed_items"]),
     }
@@ -247,11 +248,32 @@ def test_an_unfollow_is_bounded_by_the_followers_feed_of_one_collection(app):
         pinned = statements(config)
         plans = {name: plan(*pinned[name][0]) for name in ("unfollow", "batch unfollow")}
     if current_dialect().is_sqlite:
-        searched = {name: sorted({line for line in lines if line.startswith("SEARCH")}) for name, lines in plans.items()}
+        searched = {name: sorted({line for line in lines if line.startswith("SEARCH feed_items")})
+                    for name, lines in plans.items()}
         assert searched == {name: ["SEARCH feed_items USING PRIMARY KEY (actor=? AND collection=?)"] for name in plans}
     else:
-        conds = {name: [_norm(line) for line in lines if "Index Cond" in line] for name, lines in plans.items()}
+        conds = {name: [c for c in map(_norm, lines) if "IndexCond" in c and "actor=" in c] for name, lines in plans.items()}
         assert all(c and all("collection=" in x for x in c) for c in conds.values()), conds
+
+
+def test_an_unfollows_remaining_follow_check_probes_the_subject_index_by_subject_and_follower(app):
+    """An unfollow keeps the subject's rows while another follow record of the pair remains: one
+    probe of the (subject, did) index per unfollow, not a walk of every follower of the subject."""
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        schema.ensure(config)
+        pinned = statements(config)
+        plans = {name: plan(*pinned[name][0]) for name in ("unfollow", "batch unfollow")}
+    if current_dialect().is_sqlite:
+        probes = {name: [line for line in lines if line.startswith("SEARCH r")] for name, lines in plans.items()}
+        assert probes == {"unfollow": ["SEARCH r USING INDEX feed_records_follow_subject (<expr>=? AND did=?)"],
+                          "batch unfollow": ["SEARCH r USING INDEX feed_records_follow_subject"
+                                             " (<expr>=? AND did=?)"] * 2}, plans
+    else:
+        conds = {name: [_norm(line) for line in lines if "Index Cond" in line and "'subject'" in line]
+                 for name, lines in plans.items()}
+        assert {name: len(c) for name, c in conds.items()} == {"unfollow": 1, "batch unfollow": 2}, plans
+        assert all("did=" in c for cs in conds.values() for c in cs), plans
 
 
 def test_a_scan_that_walks_an_index_is_not_a_bare_table_scan():

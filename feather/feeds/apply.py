@@ -39,6 +39,8 @@ def apply_step(config: FeedsConfig, step: plan.Step, now: int) -> None:
     if step.is_target:
         fanout.fan_out_target(config, event.collection, event.did, step.uri, step.time_us,
                               resync=step.moves_time, now=now)
+    if step.unfollows:  # the follow moved to another subject: the old one is unfollowed
+        fanout.follow_deleted(config, event.collection, event.did, step.unfollows)
     if step.backfills:
         fanout.follow_created(config, event.collection, event.did, step.backfills)
 

@@ -16,7 +16,10 @@ never meet a follow change of the same author; plan.py sends those to the ordere
   write's time, which the resync first gives any existing rows when a write may have moved it
   (Step.moves_time), and the fan-out then uses (feed_items is unique by (actor, collection, time_us, uri),
   so an existing row is only recognised at its record's current time);
-- a follow's backfill reads its subject's records, which no grouped step of this batch changes.
+- a follow's backfill reads its subject's records, which no grouped step of this batch changes;
+- an unfollow removes the subject's rows only when no follow of the pair remains after the
+  steps (fanout.unfollow_clause); a pair's follows never grow again after one was dropped
+  within one call (plan.py cuts there), so that is when the last of its unfollows left none.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from feather.db import current_dialect, db
 from feather.feeds import records
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.fanout import unfollow_clause
+from feather.feeds.fanout import justifying_tables, unfollow_clause, unfollow_triples
 from feather.feeds.plan import Step
 from feather.feeds.schema import subject_expr
 
@@ -68,6 +71,8 @@ def net_effect(steps: list[Step]) -> Net:
             net.writers.add((e.collection, e.did))
         if s.backfills:
             net.follows.setdefault(e.collection, set()).add((e.did, s.backfills))
+        if s.unfollows:  # an edit that moved the follow to another subject
+            net.unfollows.setdefault(e.collection, set()).add((e.did, s.unfollows))
     for uri, writes in tail.items():
         if writes:
             last = writes[-1]
@@ -123,11 +128,11 @@ def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list
             [*(v for pair in pairs for v in pair), target.nsid, n])
 
 
-def unfollow_sql(triples: list[tuple[str, str, str]]):
+def unfollow_sql(config: FeedsConfig, triples: list[tuple[str, str, str]]):
     """(follower, subject, target nsid): one key prefix each, as fanout.unfollow_sql."""
     clauses, params = [], []
     for triple in triples:
-        clause, values = unfollow_clause(*triple)
+        clause, values = unfollow_clause(config, *triple)
         clauses.append(f"({clause})")
         params += values
     return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
@@ -171,10 +176,10 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
         return
     for chunk in _chunked(sorted(net.removed), 1):
         _run(*remove_targets_sql(chunk))
-    unfollows = sorted({(f, s, t.nsid) for nsid, pairs in net.unfollows.items() for feed in config.feeds.values()
-                        if config.collections[feed.follow].nsid == nsid for t in feed.targets for f, s in pairs})
-    for chunk in _chunked(unfollows, 4):
-        _run(*unfollow_sql(chunk))
+    # After the records writes: the remaining-follow check sees the follows these steps left.
+    width = 4 + 2 * max(map(len, justifying_tables(config).values()))
+    for chunk in _chunked(unfollow_triples(config, net.unfollows), width):
+        _run(*unfollow_sql(config, chunk))
     for chunk in _chunked(sorted(net.resync.items()), 2):
         _run(*resync_sql(chunk))
     for feed in config.feeds.values():

@@ -98,21 +98,50 @@ def unfollow_range(subject: str, nsid: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + "0"
 
 
-def unfollow_sql(follower: str, subject: str, nsid: str):
-    """The subject's rows leave the follower's feed: the key prefix (actor, collection), then the
-    uri prefix among those rows.
+def unfollow_sql(config: FeedsConfig, follower: str, subject: str, nsid: str):
+    """The subject's rows of nsid leave the follower's feed, unless a follow still justifies
+    them: the key prefix (actor, collection), then the uri prefix among those rows.
 
     Bounded by the follower's own feed of that collection (its cap, between prune sweeps), not by
-    how much the subject ever posted or how many others follow them.
+    how much the subject ever posted or how many others follow them; each remaining-follow check
+    is one probe of a follow table's (subject, did) index.
     """
-    clause, params = unfollow_clause(follower, subject, nsid)
+    clause, params = unfollow_clause(config, follower, subject, nsid)
     return f"DELETE FROM feed_items WHERE {clause}", params
 
 
-def unfollow_clause(follower: str, subject: str, nsid: str) -> tuple[str, tuple]:
-    """The WHERE clause of unfollow_sql; the batch ORs one per unfollow (batch.unfollow_sql)."""
-    return ("actor = ? AND collection = ? AND uri >= ? AND uri < ?",
-            (follower, nsid, *unfollow_range(subject, nsid)))
+def unfollow_clause(config: FeedsConfig, follower: str, subject: str, nsid: str) -> tuple[str, tuple]:
+    """The WHERE clause of unfollow_sql; the batch ORs one per unfollow (batch.unfollow_sql).
+
+    It runs after the step's own record write, so the follow being dropped is gone (or points
+    elsewhere) and any follow the check finds is another one."""
+    tables = sorted(justifying_tables(config)[nsid])
+    keep = "".join(f" AND NOT EXISTS (SELECT 1 FROM {t} r WHERE {subject_expr('r')} = ? AND r.did = ?)"
+                   for t in tables)
+    return (f"actor = ? AND collection = ? AND uri >= ? AND uri < ?{keep}",
+            (follower, nsid, *unfollow_range(subject, nsid), *([subject, follower] * len(tables))))
+
+
+def justifying_tables(config: FeedsConfig) -> dict[str, set[str]]:
+    """Target nsid -> the follow tables of every feed with that target.
+
+    feed_items has no feed column: feeds that share a target share its rows, whichever follow
+    collection put them there, so a follow in any of those tables keeps the subject's rows: a
+    second follow record of the same subject (Bluesky keeps duplicates), or the same follow on
+    another app's graph whose feed shows that target."""
+    out: dict[str, set[str]] = {}
+    for feed in config.feeds.values():
+        for t in feed.targets:
+            out.setdefault(t.nsid, set()).add(config.collections[feed.follow].table)
+    return out
+
+
+def unfollow_triples(config: FeedsConfig, dropped: dict[str, set[tuple[str, str]]]) -> list[tuple[str, str, str]]:
+    """dropped: follow nsid -> {(follower, subject)} that stopped following through it. The
+    (follower, subject, target nsid) whose rows may go: each target of each feed on that follow
+    collection (unfollow_clause then keeps what another follow justifies)."""
+    return sorted({(f, s, t.nsid) for nsid, pairs in dropped.items() for feed in config.feeds.values()
+                   if config.collections[feed.follow].nsid == nsid for t in feed.targets for f, s in pairs})
 
 
 def follow_created(config: FeedsConfig, follow_nsid: str, follower: str, subject: str) -> int:
@@ -126,9 +155,8 @@ def follow_created(config: FeedsConfig, follow_nsid: str, follower: str, subject
 
 
 def follow_deleted(config: FeedsConfig, follow_nsid: str, follower: str, subject: str) -> int:
+    """After the follow record's delete (or its move to another subject) is written."""
     removed = 0
-    nsids = {t.nsid for f in config.feeds.values()
-             if config.collections[f.follow].nsid == follow_nsid for t in f.targets}
-    for nsid in sorted(nsids):
-        removed += _run(unfollow_sql(follower, subject, nsid))
+    for triple in unfollow_triples(config, {follow_nsid: {(follower, subject)}}):
+        removed += _run(unfollow_sql(config, *triple))
     return removed

@@ -13,7 +13,9 @@ when order could change its result:
 - a follow event and a target write or delete that meet on the same account in one batch (F
   follows S and S posts: the post's fan-out and the follow's backfill each depend on which came
   first);
-- a follow created and a follow deleted for the same (follower, subject) in one batch.
+- a follow gained and a follow dropped for the same (follower, subject) in one batch (a create,
+  a delete, or an edit that moves a follow's subject: whether an unfollow leaves the subject's
+  rows depends on which follows remain at that moment).
 
 Everything else commutes: the rows one step writes in feed_items are (follower, record) pairs
 whose author no other kind of step in the batch touches. Every step of a URI goes the same
@@ -78,7 +80,17 @@ class Step:
 
     @property
     def unfollows(self) -> str | None:
-        return self.subject_before if self.deletes else None
+        """The subject this step stops following: a delete's, or an edit's that moved the subject."""
+        if self.subject_before is not None and self.subject_before != self.subject_after:
+            return self.subject_before
+        return None
+
+    @property
+    def gains(self) -> str | None:
+        """The subject this step starts following (a first create, or an edit that moved it)."""
+        if self.subject_after is not None and self.subject_after != self.subject_before:
+            return self.subject_after
+        return None
 
 
 @dataclass
@@ -147,15 +159,15 @@ def plan(config: FeedsConfig, commits: list[CommitEvent]) -> Plan:
     steps = decide(config, commits)
     authors = {s.event.did for s in steps if s.is_target}
     subjects: set[str] = set()
-    created, deleted = set(), set()
+    gained, dropped = set(), set()
     for s in steps:
         if s.is_follow:
             subjects.update(x for x in (s.subject_before, s.subject_after) if x)
-            if s.backfills:
-                created.add((s.event.did, s.backfills))
+            if s.gains:
+                gained.add((s.event.did, s.gains))
             if s.unfollows:
-                deleted.add((s.event.did, s.unfollows))
-    meet = (authors & subjects) | {subject for _, subject in created & deleted}
+                dropped.add((s.event.did, s.unfollows))
+    meet = (authors & subjects) | {subject for _, subject in gained & dropped}
     if meet:
         ordered_uris = {s.uri for s in steps if (s.is_target and s.event.did in meet)
                         or (s.is_follow and {s.subject_before, s.subject_after} & meet)}
@@ -169,30 +181,35 @@ def plan(config: FeedsConfig, commits: list[CommitEvent]) -> Plan:
 
 def segments(steps: list[Step]) -> list[list[Step]]:
     """Ordered steps cut into the longest stream-order runs with no meeting inside one: no target
-    step by an account a follow step of the run touches (or the reverse), and no follow created
-    and deleted for the same pair."""
+    step by an account a follow step of the run touches (or the reverse), no follow of a pair
+    gained after one was dropped, and no pair dropped after a create backfilled it.
+
+    Within such a run a pair's follows only grow and then shrink, so "no follow of it remains
+    after the run" (what batch.write's unfollow delete checks) holds exactly when one of its
+    unfollows left none at its own moment (what each event alone would have checked)."""
     out: list[list[Step]] = []
     run: list[Step] = []
     authors: set = set()
     subjects: set = set()
     created: set = set()
-    deleted: set = set()
+    dropped: set = set()
     for s in steps:
         touched = {x for x in (s.subject_before, s.subject_after) if x} if s.is_follow else set()
+        pair_gained = (s.event.did, s.gains) if s.gains else None
         pair_created = (s.event.did, s.backfills) if s.backfills else None
-        pair_deleted = (s.event.did, s.unfollows) if s.unfollows else None
+        pair_dropped = (s.event.did, s.unfollows) if s.unfollows else None
         if run and ((s.is_target and s.event.did in subjects) or touched & authors
-                    or (pair_created and pair_created in deleted) or (pair_deleted and pair_deleted in created)):
+                    or (pair_gained and pair_gained in dropped) or (pair_dropped and pair_dropped in created)):
             out.append(run)
-            run, authors, subjects, created, deleted = [], set(), set(), set(), set()
+            run, authors, subjects, created, dropped = [], set(), set(), set(), set()
         run.append(s)
         if s.is_target:
             authors.add(s.event.did)
         subjects |= touched
         if pair_created:
             created.add(pair_created)
-        if pair_deleted:
-            deleted.add(pair_deleted)
+        if pair_dropped:
+            dropped.add(pair_dropped)
     if run:
         out.append(run)
     return out
