@@ -249,6 +249,7 @@ def test_three_readers_timelines_and_feed_generator_through_kill9_and_replay_who
         f"an unrelated author's records were stored: {stored['unrelated']}"
     assert stored["followed_posts"] > 0, "the read-only count sees nothing at all: it would prove nothing"
     assert stored["deleted_rows"] == 0, "deleted posts left rows in feed_items (reads hide them by the join)"
+    assert stored["twice"] == [], "a record sits twice in one feed (getFeed would show it twice)"
     for reader in world["readers"]:  # the rows themselves, not only what the join lets through
         rows = stored["feed_items"][reader.did]
         assert sorted(rows) == sorted(model.expected(reader.did)), \
@@ -509,4 +510,5 @@ def stored_of(database_url: str, unrelated: list[Acct], authors: list[str], read
                 "deleted_rows": run(f"SELECT count(*) FROM feed_items WHERE uri IN ({', '.join('?' * len(deleted))})",
                                     deleted),
                 "feed_items": {r.did: [row[0] for row in run_all("SELECT uri FROM feed_items WHERE actor = ?", [r.did])]
-                               for r in readers}}
+                               for r in readers},
+                "twice": run_all("SELECT actor, uri, count(*) FROM feed_items GROUP BY actor, uri HAVING count(*) > 1")}
