@@ -17,12 +17,12 @@ def app(make_app, tmp_path):
                      FEED_PRUNE_SWEEP_ACTORS=2)
 
 
-def put(app, actor, times, collection=POST):
+def put(app, actor, times, collection=POST, tag=""):
     with app.app_context(), db.connection_context(), db.atomic():
         for i, t in enumerate(times):
             db.execute_sql(
                 prune._q("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"),
-                (actor, f"at://did:plc:x/{collection}/{actor[-4:]}{i:03d}", collection, t))
+                (actor, f"at://did:plc:x/{collection}/{actor[-4:]}{tag}{i:03d}", collection, t))
 
 
 def times_of(app, actor):
@@ -173,6 +173,62 @@ def test_ingest_dirties_the_flag_and_the_tick_slices_at_most_once_per_10_seconds
     assert call(app, prune.prune_tick, config, settings, now + 9_999) is None  # dirty, but < 10 s
     assert rows(app, "SELECT dirty FROM feed_prune_state") == [(1,)]  # kept for the next tick
     assert call(app, prune.prune_tick, config, settings, now + 10_000) == prune.SweepResult(2, None, True)
+
+
+# --- the recovery clock through prune_tick, the scheduled job's own entry point -----------------
+
+FIVE = [f"did:plc:a00{i}" for i in range(1, 6)]  # over cap, two per slice: a pass is three slices
+
+
+def clock(app):
+    return rows(app, "SELECT last_full_pass_ms, last_slice_ms, actor FROM feed_prune_state")[0]
+
+
+def test_the_tick_measures_recovery_six_hours_from_the_last_completed_pass(app):
+    """Not from a slice (the second and third slices of a pass are still due), and not from the
+    pass's start (the next pass waits six hours from the third slice, not the first)."""
+    config, settings = config_settings(app)
+    for a in FIVE:
+        put(app, a, [1, 2, 3, 4])
+    set_state(app, last_full_pass_ms=0, last_slice_ms=0)
+    t0 = 6 * HOUR_MS
+
+    def tick(now):
+        return call(app, prune.prune_tick, config, settings, now)
+
+    assert tick(t0 - 1) is None
+    assert tick(t0) == prune.SweepResult(2, "did:plc:a002", False)
+    assert clock(app) == (0, t0, "did:plc:a002")
+    assert tick(t0 + 1) == prune.SweepResult(2, "did:plc:a004", False)
+    assert tick(t0 + 2) == prune.SweepResult(1, None, True)
+    assert clock(app) == (t0 + 2, t0 + 2, None)
+    for a in FIVE:
+        put(app, a, [5, 6], tag="n")  # over cap again, with nothing ingested
+    assert tick(t0 + 2 + 6 * HOUR_MS - 1) is None
+    assert [len(times_of(app, a)) for a in FIVE] == [5] * 5
+    assert tick(t0 + 2 + 6 * HOUR_MS) == prune.SweepResult(4, "did:plc:a002", False)
+
+
+def test_a_dirty_streams_slices_restart_the_recovery_clock_only_by_completing_a_pass(app):
+    config, settings = config_settings(app)
+    for a in FIVE:
+        put(app, a, [1, 2, 3, 4])
+    t = 100 * HOUR_MS
+    passed = t - 6 * HOUR_MS + 20_000  # the last completed pass: recovery is due at t + 20 s
+
+    def tick(now):
+        return call(app, prune.prune_tick, config, settings, now)
+
+    set_state(app, last_full_pass_ms=passed, last_slice_ms=0, dirty=1)
+    assert tick(t) == prune.SweepResult(2, "did:plc:a002", False)  # for the dirty flag
+    assert tick(t + 10_000) is None  # clean, and recovery is 10 s away
+    assert tick(t + 20_000) == prune.SweepResult(2, "did:plc:a004", False)  # recovery, on a clean stream
+    assert clock(app) == (passed, t + 20_000, "did:plc:a004")
+    set_state(app, dirty=1)
+    assert tick(t + 30_000) == prune.SweepResult(1, None, True)
+    assert clock(app) == (t + 30_000, t + 30_000, None)
+    assert tick(t + 30_000 + 6 * HOUR_MS - 1) is None
+    assert tick(t + 30_000 + 6 * HOUR_MS) == prune.SweepResult(0, "did:plc:a002", False)
 
 
 def test_a_quiet_tick_does_nothing(app):
