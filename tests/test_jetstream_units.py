@@ -186,27 +186,11 @@ def test_dev_injection_is_forbidden_from_a_non_loopback_address(make_app):
     assert response.status_code == 403
 
 
-def test_dev_injection_runs_through_the_feature_handlers(make_app):
-    from feather.db import db
-    from tests.support import mirror_feature
-
-    mirror_feature._ready = False
-    app = make_app(FEATHERREADER_ENV="development", FEATHERREADER_EXTRA_FEATURES="tests.support.mirror_feature")
-    client = app.test_client()
-    response = client.post("/admin/dev/jetstream-event",
-                           json={"did": "did:plc:alice", "op": "create", "collection": "app.bsky.feed.post",
-                                 "rkey": "3kabc"}, environ_base={"REMOTE_ADDR": "127.0.0.1"})
-    assert response.status_code == 200
-    assert "global" in response.get_json()["subscriptions"]
-    with db.connection_context():
-        assert list(mirror_feature.mirror_rows()) == ["at://did:plc:alice/app.bsky.feed.post/3kabc"]
-        assert db.execute_sql("SELECT count(*) FROM jetstream_cursor").fetchone()[0] == 0
-
-
 def test_dev_injection_rejects_a_bad_body_with_400(make_app):
-    client = make_app(FEATHERREADER_ENV="development").test_client()
-    response = client.post("/admin/dev/jetstream-event", json={"did": "did:plc:a", "op": "explode"},
-                           environ_base={"REMOTE_ADDR": "127.0.0.1"})
+    from tests.test_dev_event import OPERATOR, dev_app, post, sign_in
+
+    client, token = sign_in(dev_app(make_app), OPERATOR)
+    response = post(client, token, {"did": "did:plc:a", "op": "explode"})
     assert response.status_code == 400
     assert "did and op" in response.get_json()["message"]
 

@@ -319,13 +319,15 @@ def test_retry_after_is_read_as_seconds_or_an_http_date_and_capped():
 
 def test_an_injected_dev_event_does_not_wipe_the_catalogue_under_net_rebuild(setup):
     """The one-shot wipe belongs to the stream's start; the dev injector only lists subscriptions."""
-    app, _ = setup(FEATHERREADER_ENV="development", FEATHERREADER_NET_REBUILD=True)
+    from tests.test_dev_event import OPERATOR, post, sign_in
+
+    app, _ = setup(FEATHERREADER_ENV="development", FEATHERREADER_NET_REBUILD=True,
+                   FEATHERREADER_ADMIN_DIDS=[OPERATOR], FEATHERREADER_ALLOW_APP_PASSWORDS=True)
     with db.connection_context(), db.atomic():
         store.upsert("did:plc:kept", "k1", "https://kept.example/feed", None, 1, max_per_did=5, touched=set())
-    response = app.test_client().post(
-        "/admin/dev/jetstream-event", environ_base={"REMOTE_ADDR": "127.0.0.1"},
-        json={"did": "did:plc:new", "op": "create", "collection": NSID, "rkey": "n1",
-              "record": {"url": "https://new.example/feed", "createdAt": "2026-01-01T00:00:00Z"}})
+    response = post(*sign_in(app, OPERATOR), {
+        "did": "did:plc:new", "op": "create", "collection": NSID, "rkey": "n1",
+        "record": {"url": "https://new.example/feed", "createdAt": "2026-01-01T00:00:00Z"}})
     assert response.status_code == 200 and "network" in response.get_json()["subscriptions"]
     assert sorted(d for d, *_ in rows()) == ["did:plc:kept", "did:plc:new"]
 

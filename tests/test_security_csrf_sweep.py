@@ -17,7 +17,8 @@ CSRF_PAGE = b"This form had expired, so nothing was sent. Check it and send it a
 # holds each to its own rule below. Anything else exempt fails the test.
 EXEMPT = {
     "sync_api": "checks the token by hand after the session, so a signed-out script is told 401 first",
-    "jetstream_dev": "development-only, loopback-only, JSON-only event injection; 403 everywhere else",
+    "jetstream_dev": "development-only, loopback-only, operator-only, JSON-only event injection; checks the token "
+                     "by hand after the operator check; 403 everywhere else",
 }
 # What a forged request would carry: enough that the view would act on it if nothing refused it.
 BODIES = {
@@ -105,9 +106,14 @@ def test_every_state_changing_route_refuses_a_signed_in_browser_without_a_valid_
 
 
 def test_the_dev_event_route_refuses_what_a_cross_site_form_can_send_even_in_development(make_app):
-    _, client = signed_in(make_app, FEATHERREADER_ENV="development")
+    _, client = signed_in(make_app, FEATHERREADER_ENV="development", FEATHERREADER_ADMIN_DIDS=[ALICE])
+    token = client.get("/api/session").json["csrfToken"]
     body = {"did": ALICE, "op": "create", "collection": "app.bsky.graph.follow", "subject": "did:plc:bob"}
     for data, content_type in [(body, None), ('{"did": "did:plc:alice", "op": "create"}', "text/plain")]:
         r = client.post("/admin/dev/jetstream-event", data=data, content_type=content_type,
-                        environ_base={"REMOTE_ADDR": "127.0.0.1"})
+                        environ_base={"REMOTE_ADDR": "127.0.0.1"})  # a form carries no token
+        assert (r.status_code, r.json["error"]) == (400, "InvalidCsrfToken")
+        # Even with the operator's token (which a forger cannot read) a form body is no event.
+        r = client.post("/admin/dev/jetstream-event", data=data, content_type=content_type,
+                        headers={"X-CSRF-Token": token}, environ_base={"REMOTE_ADDR": "127.0.0.1"})
         assert (r.status_code, r.json["error"]) == (400, "InvalidRequest")

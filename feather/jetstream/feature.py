@@ -1,7 +1,10 @@
 """Dev injection: run a hand-made event through the same dispatch path as the stream.
 
-`POST /admin/dev/jetstream-event` and `flask dev-event` exist for local development only:
-the route answers 403 unless FEATHERREADER_ENV=development and the caller is on loopback.
+`POST /admin/dev/jetstream-event` and `flask dev-event` exist for local development only: both
+refuse unless FEATHERREADER_ENV=development (`allowed_here`). The route also answers only on
+loopback, and only to a signed-in operator (FEATHERREADER_ADMIN_DIDS, the same question /admin
+asks): signed out is 401, anyone else 403, and a request must carry the session's CSRF token in
+X-CSRF-Token, as /api/sync does. The command runs on the server's own shell, so its user operates.
 Injected events move no cursor: they are not part of the stream.
 """
 from __future__ import annotations
@@ -80,6 +83,27 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
+def allowed_here(settings) -> bool:
+    """The one environment rule for the route and the command: development only (not test, not
+    production). A hand-made event in production would write follows and records nobody made."""
+    return settings.is_development
+
+
+def _require_operator():
+    """The signed-in operator's account; 401 signed out, 403 for anyone else (the XRPC error shape)."""
+    from feather.auth import current_account, is_admin
+    from feather.security import csrf
+
+    account = current_account()
+    if account is None:
+        raise ApiError(401, "AuthenticationRequired",
+                       "Sign in first as an operator: POST /api/session with an app password, or sign in on the web.")
+    if not is_admin(account.did):
+        raise ApiError(403, "Forbidden", "Event injection is for this server's operators only.")
+    csrf.protect()  # CSRFError -> 400 InvalidCsrfToken, like /api/sync
+    return account
+
+
 def _from_loopback() -> bool:
     try:
         return ipaddress.ip_address(request.remote_addr or "").is_loopback
@@ -90,8 +114,9 @@ def _from_loopback() -> bool:
 @bp.post("/admin/dev/jetstream-event")
 def dev_event():
     settings = current_app.config["FEATHER"]
-    if not settings.is_development or not _from_loopback():
+    if not allowed_here(settings) or not _from_loopback():
         raise ApiError(403, "Forbidden", "Event injection is only available in development mode, from loopback.")
+    _require_operator()
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise ApiError(400, "InvalidRequest", "Send a JSON object: a Jetstream frame, or {did, collection, op, ...}.")
@@ -120,9 +145,7 @@ def dev_event():
 @with_appcontext
 def dev_event_command(did, collection, op, rkey, subject, record):
     """Run one hand-made event through the same dispatch path as the stream (development only)."""
-    if not current_app.config["FEATHER"].is_development:
-        # Same rule as POST /admin/dev/jetstream-event: a hand-made event in production would
-        # write follows and records nobody made.
+    if not allowed_here(current_app.config["FEATHER"]):
         raise click.UsageError("dev-event is a development tool: it runs only with FEATHERREADER_ENV=development")
     if op in ("create", "update", "delete") and not collection:
         raise click.UsageError("--collection is required for create, update and delete")
@@ -141,6 +164,6 @@ def dev_event_command(did, collection, op, rkey, subject, record):
 def init_app(app) -> None:
     from feather.security import csrf
 
-    csrf.exempt(bp)  # loopback-only dev tool driven by curl; refuses everyone else
+    csrf.exempt(bp)  # checked by hand after the operator check, so a signed-out script is told 401 first
     app.register_blueprint(bp)
     app.cli.add_command(dev_event_command)
