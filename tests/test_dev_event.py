@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from feather.db import db
 from tests.test_auth_oauth_fake import keys_env
 
@@ -122,3 +124,51 @@ def test_the_command_runs_only_in_development(make_app):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["subscriptions"] == ["global"]
     assert list(mirrored(app)) == ["at://did:plc:bob/app.bsky.feed.post/p1"]
+
+
+def test_write_for_an_account_without_a_stored_session_is_a_sentence_and_nothing_runs(make_app):
+    app = dev_app(make_app)
+    result = app.test_cli_runner().invoke(args=["dev-event", "--write", "--as", STRANGER, "--collection",
+                                                "app.bsky.feed.post", "--record", '{"text": "hi"}'])
+    assert (result.exit_code, result.output) == (1, f"Error: {STRANGER} has no usable session on this server. "
+                                                    "Sign in here as that account (an app password is enough), "
+                                                    "then try again.\n")
+    client, token = sign_in(app, OPERATOR)  # a browser session, but no grant row: the PDS stub signed nobody in
+    r = post(client, token, {"write": True, "collection": "app.bsky.feed.post", "record": {"text": "hi"}})
+    assert (r.status_code, r.json) == (400, {
+        "error": "SessionRequired", "message": f"{OPERATOR} has no usable session on this server. Sign in here "
+                                              "as that account (an app password is enough), then try again."})
+    assert mirrored(app) == {}
+
+
+def test_write_is_refused_in_production_before_anything_is_written(make_app):
+    app = dev_app(make_app, **PRODUCTION)
+    app.extensions["auth"].pds_client = lambda did: pytest.fail("production must not reach the PDS")
+    result = app.test_cli_runner().invoke(args=["dev-event", "--write", "--as", OPERATOR, "--collection",
+                                                "app.bsky.feed.post", "--record", '{"text": "hi"}'])
+    assert result.exit_code == 2, result.output
+    assert "dev-event is a development tool: it runs only with FEATHERREADER_ENV=development" in result.output
+    client, token = sign_in(app, OPERATOR, https=True)
+    r = post(client, token, {"write": True, "collection": "app.bsky.feed.post", "record": {"text": "hi"}})
+    assert (r.status_code, r.json) == (403, NOT_DEVELOPMENT)
+
+
+def test_write_flags_that_cannot_make_a_record_are_usage_errors(make_app):
+    app = dev_app(make_app)
+    cases = {("--op", "identity"): "--write writes a record: --op is create, update or delete",
+             ("--op", "update", "--collection", "app.bsky.feed.post"): "--rkey is required for update and delete",
+             ("--collection", "app.bsky.feed.post", "--record", "[1]"): "--record is a JSON object"}
+    for flags, message in cases.items():
+        result = app.test_cli_runner().invoke(args=["dev-event", "--write", "--as", OPERATOR, *flags])
+        assert (result.exit_code, message in result.output) == (2, True), result.output
+    result = app.test_cli_runner().invoke(args=["dev-event", "--did", OPERATOR, "--collection", "app.bsky.feed.post"])
+    assert (result.exit_code, "--op is required" in result.output) == (2, True), result.output
+    client, token = sign_in(app, OPERATOR)
+    for body, message in [({"write": "yes", "collection": "app.bsky.feed.post"}, "write is true or left out."),
+                          ({"write": True, "op": "update", "collection": "app.bsky.feed.post"},
+                           "rkey is required for update and delete."),
+                          ({"write": True, "op": "identity"},
+                           "With write, op is create, update or delete, and collection is required.")]:
+        r = post(client, token, body)
+        assert (r.status_code, r.json) == (400, {"error": "InvalidRequest", "message": message})
+    assert mirrored(app) == {}

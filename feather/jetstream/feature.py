@@ -6,6 +6,12 @@ loopback, and only to a signed-in operator (FEATHERREADER_ADMIN_DIDS, the same q
 asks): signed out is 401, anyone else 403, and a request must carry the session's CSRF token in
 X-CSRF-Token, as /api/sync does. The command runs on the server's own shell, so its user operates.
 Injected events move no cursor: they are not part of the stream.
+
+With `--write` (the route: `"write": true`, for the signed-in operator's own account only) the
+record is first written to the account's PDS with its stored session (feather/auth's
+`pds_client`), and the event dispatched is built from what the PDS answered (uri, cid, rev), so the
+whole path from a real record to every handler can be tried by hand. The write is a network call
+made before the dispatch opens its transaction.
 """
 from __future__ import annotations
 
@@ -36,16 +42,83 @@ def frame_from_fields(did: str, collection: str | None, op: str, rkey: str | Non
         if op == "account":
             body["active"] = True
         return {"did": did, "time_us": _now_us(), "kind": op, op: body}
+    record = _record_for(collection, op, record, subject)
+    commit = {"rev": next_tid(), "operation": op, "collection": collection, "rkey": rkey or next_tid()}
+    if op != "delete":
+        commit["record"] = record
+        commit["cid"] = cid or "bafyreidevinjected" + commit["rkey"]
+    return {"did": did, "time_us": _now_us(), "kind": "commit", "commit": commit}
+
+
+def _record_for(collection: str | None, op: str, record: dict | None, subject: str | None) -> dict:
     record = dict(record or {})
     if subject is not None:
         record.setdefault("subject", subject)
     if collection and op != "delete":
         record.setdefault("$type", collection)
         record.setdefault("createdAt", _now_iso())
-    commit = {"rev": next_tid(), "operation": op, "collection": collection, "rkey": rkey or next_tid()}
+    return record
+
+
+class WriteError(Exception):
+    """The write did not happen (or its answer was unusable); `error` names it, the message is a sentence."""
+
+    def __init__(self, error: str, message: str):
+        super().__init__(message)
+        self.error = error
+
+
+def write_and_inject(app, did: str, op: str, collection: str, rkey: str | None, record: dict | None,
+                     subject: str | None = None) -> tuple[dict, list[str]]:
+    """Write the record to did's PDS with its stored session, then dispatch the event built from the
+    PDS's answer exactly as `inject` does; (the frame, the subscriptions it reached)."""
+    from feather import auth
+    from feather.atproto.pds import PdsError
+    from feather.auth.grants import NeedsReauth
+    from feather.db import db
+
+    record = _record_for(collection, op, record, subject)
+    no_session = (f"{did} has no usable session on this server. Sign in here as that account (an app "
+                  "password is enough), then try again.")
+    with db.connection_context():
+        try:
+            client = auth.pds_client(did, app)
+            if op == "create":
+                answer = client.create_record(did, collection, record, rkey=rkey)
+            elif op == "update":
+                answer = client.put_record(did, collection, rkey, record)
+            else:
+                answer = client.delete_record(did, collection, rkey)
+        except NeedsReauth:
+            raise WriteError("SessionRequired", no_session) from None
+        except PdsError as exc:
+            name = f" ({exc.error})" if exc.error else f" (HTTP {exc.status})" if exc.status else ""
+            raise WriteError("WriteRefused", f"The account's server refused the write{name}: {exc.message}") from None
+    frame = _frame_from_answer(did, op, collection, rkey, record, answer)
+    try:
+        return frame, inject(app.config["FEATHER"], frame)
+    except DecodeError as exc:
+        raise WriteError("InvalidRequest", f"The record was written, but its event is not valid: {exc}.") from None
+
+
+def _frame_from_answer(did: str, op: str, collection: str, rkey: str | None, record: dict, answer: dict) -> dict:
+    """The commit frame for what the PDS says it stored: its uri's rkey, its cid and its commit's rev."""
+    from feather.atproto.syntax import next_tid, parse_at_uri
+
+    commit_info = answer.get("commit") if isinstance(answer.get("commit"), dict) else {}
+    rev = commit_info.get("rev") if isinstance(commit_info.get("rev"), str) else next_tid()
+    commit = {"rev": rev, "operation": op, "collection": collection, "rkey": rkey}
     if op != "delete":
-        commit["record"] = record
-        commit["cid"] = cid or "bafyreidevinjected" + commit["rkey"]
+        try:
+            uri = parse_at_uri(answer.get("uri"))
+        except ValueError:
+            uri = None
+        cid = answer.get("cid")
+        if uri is None or (uri.did_or_handle, uri.collection) != (did, collection) or not uri.rkey \
+                or not isinstance(cid, str):
+            raise WriteError("WriteRefused", "The account's server answered the write without the record's "
+                                             "address and cid, so no event was dispatched.")
+        commit.update(rkey=uri.rkey, record=record, cid=cid)
     return {"did": did, "time_us": _now_us(), "kind": "commit", "commit": commit}
 
 
@@ -116,10 +189,12 @@ def dev_event():
     settings = current_app.config["FEATHER"]
     if not allowed_here(settings) or not _from_loopback():
         raise ApiError(403, "Forbidden", "Event injection is only available in development mode, from loopback.")
-    _require_operator()
+    account = _require_operator()
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise ApiError(400, "InvalidRequest", "Send a JSON object: a Jetstream frame, or {did, collection, op, ...}.")
+    if "write" in body:
+        return _write_route(account.did, body)
     if "kind" not in body:
         did, op = body.get("did"), body.get("op")
         if not isinstance(did, str) or op not in ("create", "update", "delete", "identity", "account"):
@@ -135,24 +210,68 @@ def dev_event():
     return jsonify({"frame": body, "subscriptions": reached})
 
 
+def _write_route(owner: str, body: dict):
+    if body.get("write") is not True:
+        raise ApiError(400, "InvalidRequest", "write is true or left out.")
+    if "kind" in body:
+        raise ApiError(400, "InvalidRequest", "With write, send {collection, op, rkey, record, subject}, not a frame.")
+    if body.get("did", owner) != owner:
+        raise ApiError(403, "Forbidden", "With write, the record goes to your own account only: leave out did.")
+    op, collection, rkey, record = (body.get("op", "create"), body.get("collection"), body.get("rkey"),
+                                    body.get("record"))
+    if op not in ("create", "update", "delete") or not isinstance(collection, str):
+        raise ApiError(400, "InvalidRequest", "With write, op is create, update or delete, and collection is required.")
+    if not isinstance(rkey, (str, type(None))) or not isinstance(record, (dict, type(None))) \
+            or not isinstance(body.get("subject"), (str, type(None))):
+        raise ApiError(400, "InvalidRequest", "rkey and subject are strings and record is an object.")
+    if op != "create" and rkey is None:
+        raise ApiError(400, "InvalidRequest", "rkey is required for update and delete.")
+    try:
+        frame, reached = write_and_inject(current_app._get_current_object(), owner, op, collection, rkey, record,
+                                          body.get("subject"))
+    except WriteError as exc:
+        raise ApiError(400, exc.error, str(exc)) from None
+    return jsonify({"frame": frame, "subscriptions": reached})
+
+
 @click.command("dev-event")
-@click.option("--did", required=True)
+@click.option("--did", "--as", "did", required=True, help="The event's account (with --write, whose PDS).")
 @click.option("--collection")
-@click.option("--op", type=click.Choice(["create", "update", "delete", "identity", "account"]), required=True)
+@click.option("--op", type=click.Choice(["create", "update", "delete", "identity", "account"]),
+              help="Required, except with --write, where it defaults to create.")
 @click.option("--rkey")
 @click.option("--subject")
 @click.option("--record", help="The record as JSON.")
+@click.option("--write", is_flag=True, help="Write the record to the account's PDS with its stored session first, "
+                                            "and dispatch what the PDS answered.")
 @with_appcontext
-def dev_event_command(did, collection, op, rkey, subject, record):
+def dev_event_command(did, collection, op, rkey, subject, record, write):
     """Run one hand-made event through the same dispatch path as the stream (development only)."""
     if not allowed_here(current_app.config["FEATHER"]):
         raise click.UsageError("dev-event is a development tool: it runs only with FEATHERREADER_ENV=development")
+    op = op or ("create" if write else None)
+    if op is None:
+        raise click.UsageError("--op is required (create, update, delete, identity, account)")
     if op in ("create", "update", "delete") and not collection:
         raise click.UsageError("--collection is required for create, update and delete")
     try:
         parsed = loads_limited(record) if record else None
     except ValueError as exc:
         raise click.UsageError(f"--record is not JSON: {exc}") from None
+    if write:
+        if op not in ("create", "update", "delete"):
+            raise click.UsageError("--write writes a record: --op is create, update or delete")
+        if op != "create" and not rkey:
+            raise click.UsageError("--rkey is required for update and delete with --write")
+        if not isinstance(parsed, (dict, type(None))):
+            raise click.UsageError("--record is a JSON object")
+        try:
+            frame, reached = write_and_inject(current_app._get_current_object(), did, op, collection, rkey, parsed,
+                                              subject)
+        except WriteError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(json.dumps({"frame": frame, "subscriptions": reached}))
+        return
     frame = frame_from_fields(did, collection, op, rkey, parsed, subject)
     try:
         reached = inject(current_app.config["FEATHER"], frame)
