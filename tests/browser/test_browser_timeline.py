@@ -3,7 +3,6 @@ the new-posts notice, and hostile post text shown as text."""
 from __future__ import annotations
 
 import pytest
-import requests
 
 from tests.browser.helpers import sign_in_with_app_password
 from tests.support.browser import ARTIFACTS, FeatherServer, ensure_htmx
@@ -114,6 +113,5 @@ def test_with_javascript_older_posts_load_on_scroll_and_new_posts_are_announced(
         notice.click()
     assert posts(js)[0] == f"fresh {width}"
     assert js.console_errors == []
-    requests.post(server.url + "/admin/dev/jetstream-event", timeout=15, json={  # leave the feed as it was
-        "did": AUTHOR, "collection": "app.bsky.feed.post", "op": "delete",
-        "rkey": js.locator(".when").first.get_attribute("href").rsplit("/", 1)[-1]}).raise_for_status()
+    server.inject(did=AUTHOR, collection="app.bsky.feed.post", op="delete",  # leave the feed as it was
+                  rkey=js.locator(".when").first.get_attribute("href").rsplit("/", 1)[-1])

@@ -14,6 +14,7 @@ No chromium or no playwright -> skip, unless FEATHER_REQUIRE_BROWSER=1 (CI), whe
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -123,11 +124,20 @@ class FeatherServer:
                 pass
         self._log.close()
 
-    # --- seeding through the development-only injection route (loopback, FEATHERREADER_ENV=development)
+    # --- seeding through `flask dev-event` on the server's own shell (FEATHERREADER_ENV=development):
+    # the HTTP route answers only a signed-in operator.
     def inject(self, **event) -> dict:
-        r = requests.post(self.url + "/admin/dev/jetstream-event", json=event, timeout=15)
-        r.raise_for_status()
-        return r.json()
+        args = [self._bin("flask"), "--app", "app", "dev-event"]
+        for name in ("did", "collection", "op", "rkey", "subject"):
+            if event.get(name) is not None:
+                args += [f"--{name}", event.pop(name)]
+        if "record" in event:
+            args += ["--record", json.dumps(event.pop("record"))]
+        assert not event, f"dev-event has no flag for {sorted(event)}"
+        done = subprocess.run(args, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"flask dev-event failed:\n{done.stdout}\n{done.stderr}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def launch_browser(playwright):
