@@ -31,7 +31,19 @@ def signed_in(make_app, pds):
     r = client.post("/api/session", json={"identifier": alice.handle, "password": made.json()["password"]},
                     headers={"X-CSRF-Token": client.get("/api/session").json["csrfToken"]})
     assert (r.status_code, r.json["did"]) == (200, alice.did), r.data
-    return app, client, r.json["csrfToken"]
+    before = _rkeys(pds, alice.did)
+    yield app, client, r.json["csrfToken"]
+    token = create_session(pds, "alice")  # the PDS is the session's: leave alice's repo as it was
+    for rkey in _rkeys(pds, alice.did) - before:
+        gone = xrpc(pds.pds_url, "POST", "com.atproto.repo.deleteRecord", token=token,
+                    json={"repo": alice.did, "collection": NSID, "rkey": rkey})
+        assert gone.status_code == 200, gone.text
+
+
+def _rkeys(pds, did: str) -> set[str]:
+    r = xrpc(pds.pds_url, "GET", "com.atproto.repo.listRecords", params={"repo": did, "collection": NSID, "limit": 100})
+    assert r.status_code == 200, r.text
+    return {record["uri"].rsplit("/", 1)[-1] for record in r.json()["records"]}
 
 
 def on_pds(pds, did: str, rkey: str):
