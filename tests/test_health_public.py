@@ -85,3 +85,20 @@ def test_a_piece_that_never_failed_says_so_on_health(make_app):
         board.publish()
     job = app.test_client().get("/health").get_json()["jobs"]["tidy"]
     assert (job["had_error"], job["last_error_at"], job["streak"]) == (False, None, 0)
+
+
+def test_admin_says_which_disk_rule_guards_the_database(make_app):
+    from tests.conftest import PG_URL
+
+    app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR)
+    client = app.test_client()
+    sign_in(app, client, did=OPERATOR, handle="operator.test")
+    html = " ".join(client.get("/admin").get_data(as_text=True).split())
+    if PG_URL:
+        assert ("no size watermark set, and PostgreSQL's disk is not visible from here: set"
+                " FEATHERREADER_DB_SIZE_WATERMARK_BYTES.") in html
+    else:
+        assert "no size watermark set, so writing pauses when its disk has less than the larger of 1 GiB or 5 % free." in html
+    app.config["FEATHER"].featherreader_db_size_watermark_bytes = 10**12
+    html = " ".join(client.get("/admin").get_data(as_text=True).split())
+    assert "no size watermark set" not in html and " watermark (0.0 %)." in html
