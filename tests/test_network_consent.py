@@ -235,7 +235,7 @@ def test_clearing_brings_nothing_back_by_itself_and_the_live_stream_counts_what_
         assert store.is_attributed("did:plc:s0") is False  # being named needs a new yes
         counts = db.execute_sql("SELECT feed_url, subscriber_count FROM net_feed_rollup ORDER BY feed_url").fetchall()
     assert counts == [("https://feed.example/a", 4)]
-    apply(consent_app, [subscribe("did:plc:s0", "r-after", "https://feed.example/a", T + 200)])
+    apply(consent_app, [subscribe("did:plc:s0", "r-after", "https://feed.example/a", store.now_us())])
     with db.connection_context():
         assert db.execute_sql(store._q("SELECT rkey FROM net_subscription WHERE did = ?"),
                               ("did:plc:s0",)).fetchall() == [("r-after",)]

@@ -36,9 +36,8 @@ def export(did: str) -> dict:
 
 def delete(did: str) -> None:
     store.lock_did(did)  # ordered against a batch or rebuild writing this DID's rows (store.lock_did)
-    store.set_attribution(did, None, False)
     touched: set[str] = set()
-    store.delete_did(did, touched)
+    store.forget_did(did, touched)
     store.refresh_rollup(touched)
 
 

@@ -168,8 +168,10 @@ def _enumerate(kit: Kit) -> tuple[bool, float]:
             for dids in client.iter_pages(COLLECTION):
                 with db.atomic():
                     for did in dids:
-                        db.execute_sql(_q("INSERT INTO net_backfill_queue (did, state, updated_at) VALUES (?, ?, ?)"
-                                          " ON CONFLICT (did) DO NOTHING"), (did, "pending", store.now_us()))
+                        if not store.is_opted_out(did):  # consent: an opted-out DID is not even queued
+                            db.execute_sql(_q("INSERT INTO net_backfill_queue (did, state, updated_at)"
+                                              " VALUES (?, ?, ?) ON CONFLICT (did) DO NOTHING"),
+                                           (did, "pending", store.now_us()))
             answered += 1
         except RelayRateLimited as exc:
             wait = max(wait, retry_after_secs(exc.retry_after) or 0.0)

@@ -79,9 +79,20 @@ def rows_for_did(did: str) -> int:
     return db.execute_sql(_q("SELECT count(*) FROM net_subscription WHERE did = ?"), (did,)).fetchone()[0]
 
 
+# The rkey of a DID-wide tombstone: no write of the DID older than its time_us may land. "." is
+# never a record key (the atproto record-key syntax forbids it), so no event can name it.
+EVERY_RKEY = "."
+
+
 def upsert(did: str, rkey: str, feed_url: str, created_at: str | None, rev_us: int, *,
            max_per_did: int, touched: set[str]) -> bool:
     """Insert or update one record unless a newer write or a newer delete already happened."""
+    if rkey == EVERY_RKEY:
+        return False
+    floor = db.execute_sql(_q("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?"),
+                           (did, EVERY_RKEY)).fetchone()
+    if floor is not None and floor[0] >= rev_us:
+        return False
     tomb = db.execute_sql(_q("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?"), (did, rkey)).fetchone()
     if tomb is not None and tomb[0] >= rev_us:
         return False
@@ -108,6 +119,8 @@ def upsert(did: str, rkey: str, feed_url: str, created_at: str | None, rev_us: i
 
 def delete(did: str, rkey: str, time_us: int, touched: set[str]) -> None:
     """Remove the row and remember the delete (newest delete wins)."""
+    if rkey == EVERY_RKEY:
+        return
     row = db.execute_sql(_q("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?"),
                          (did, rkey)).fetchone()
     if row is not None and row[1] > time_us:
@@ -119,6 +132,15 @@ def delete(did: str, rkey: str, time_us: int, touched: set[str]) -> None:
     db.execute_sql(_q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?) ON CONFLICT (did, rkey)"
                       f" DO UPDATE SET time_us = {d.greatest('net_tombstone.time_us', 'excluded.time_us')}"),
                    (did, rkey, time_us))
+
+
+def forget_did(did: str, touched: set[str]) -> int:
+    """Every row naming the DID, in every catalogue table but net_optout: its records, their
+    tombstones, its place in the rebuild's queue and its attribution (the rollup follows)."""
+    removed = delete_did(did, touched)
+    for table in ("net_tombstone", "net_backfill_queue", "net_attribution"):
+        db.execute_sql(_q(f"DELETE FROM {table} WHERE did = ?"), (did,))
+    return removed
 
 
 def delete_did(did: str, touched: set[str]) -> int:
@@ -186,9 +208,8 @@ def opt_out(did: str) -> int:
     lock_did(did)
     db.execute_sql(_q("INSERT INTO net_optout (did, created_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING"),
                    (did, now_us()))
-    db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
     touched: set[str] = set()
-    removed = delete_did(did, touched)
+    removed = forget_did(did, touched)
     refresh_rollup(touched)
     return removed
 
@@ -201,8 +222,18 @@ def clear_opt_out(did: str) -> bool:
     owner asks again. Under the DID's lock, so a batch or rebuild writing this DID sees the
     opt-out either still there or gone, never half."""
     lock_did(did)
-    cur = db.execute_sql(_q("DELETE FROM net_optout WHERE did = ?"), (did,))
-    return bool(cur.rowcount)
+    since = opted_out_at(did)
+    if since is None:
+        return False
+    db.execute_sql(_q("DELETE FROM net_optout WHERE did = ?"), (did,))
+    # The opt-out dropped the DID's tombstones, all written before it; this one floor stands in
+    # for them: no write older than the opt-out (a replayed event, a rebuild that read the PDS
+    # before it) can bring back a record deleted before it. Writes made during the opt-out are
+    # the owner's current records and replay in order, so they may land.
+    db.execute_sql(_q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?)"
+                      " ON CONFLICT (did, rkey) DO UPDATE SET time_us = excluded.time_us"),
+                   (did, EVERY_RKEY, since))
+    return True
 
 
 def set_attribution(did: str, handle: str | None, on: bool) -> None:
