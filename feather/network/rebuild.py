@@ -37,6 +37,9 @@ CONCURRENCY = 2
 PER_DID_TIMEOUT_SECS = 120.0
 PROGRESS_EVERY = 25
 MAX_RETRY_AFTER_SECS = 7 * 86400.0
+# Pages of one relay's listing per run (a page a second, 500 DIDs each): a run stays inside the
+# job's ten-minute check interval, and the next run resumes at the saved cursor.
+ENUM_PAGES_PER_RUN = 500
 
 
 class Kit:
@@ -147,6 +150,9 @@ def run(kit: Kit, settings) -> bool:
                      progress["failed"])
     finally:
         pool.kill()
+    if store.get_state("backfill.enumerated") != "1":
+        log.info("network rebuild: a relay's listing goes on; the next run carries on from its cursor")
+        return False  # never done on a partial enumeration
     final = status()
     with db.atomic():
         store.set_state("backfill.status", "done")
@@ -158,27 +164,42 @@ def run(kit: Kit, settings) -> bool:
 
 
 def _enumerate(kit: Kit) -> tuple[bool, float]:
-    """Every relay's DIDs into the queue, a page per transaction.
+    """Every relay's DIDs into the queue, a page per transaction with the relay's cursor, at most
+    ENUM_PAGES_PER_RUN pages per relay per run; a relay's walk ends only when its cursor does.
 
-    (whether any relay answered, the longest Retry-After in seconds a rate-limiting relay asked for)."""
-    answered, wait = 0, 0.0
+    (whether any relay answered, the longest Retry-After in seconds a rate-limiting relay asked for).
+    backfill.enumerated is set once no relay's walk is left unfinished and one of them ended: a
+    relay that fails is left out of this rebuild, as long as another listed everything."""
+    answered, wait, ongoing, ended = 0, 0.0, 0, 0
     for host in kit.relay_hosts:
-        client = RelayClient(kit.relay_http, host, sleep=kit.relay_sleep)
+        key = f"backfill.enum.{host}"
+        if store.get_state(key) == "end":
+            answered, ended = answered + 1, ended + 1
+            continue
+        client = RelayClient(kit.relay_http, host, sleep=kit.relay_sleep, max_pages=ENUM_PAGES_PER_RUN)
         try:
-            for dids in client.iter_pages(COLLECTION):
+            for dids in client.iter_pages(COLLECTION, store.get_state(key + ".cursor") or None):
                 with db.atomic():
                     for did in dids:
                         if not store.is_opted_out(did):  # consent: an opted-out DID is not even queued
                             db.execute_sql(_q("INSERT INTO net_backfill_queue (did, state, updated_at)"
                                               " VALUES (?, ?, ?) ON CONFLICT (did) DO NOTHING"),
                                            (did, "pending", store.now_us()))
+                    if client.cursor:
+                        store.set_state(key + ".cursor", client.cursor)
             answered += 1
+            if client.truncated:
+                ongoing += 1
+            else:
+                ended += 1
+                with db.atomic():
+                    store.set_state(key, "end")
         except RelayRateLimited as exc:
             wait = max(wait, retry_after_secs(exc.retry_after) or 0.0)
             log.warning("network rebuild: enumeration on %s failed: %s", host, exc)
         except RelayError as exc:
             log.warning("network rebuild: enumeration on %s failed: %s", host, exc)
-    if answered:
+    if ended and not ongoing:
         with db.atomic():
             store.set_state("backfill.enumerated", "1")
         log.info("network rebuild: %d DIDs to read", status()["total"])

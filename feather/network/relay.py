@@ -62,15 +62,18 @@ class RelayClient:
         self.sleep = sleep
         self.max_pages, self.page_limit, self.pause_secs = max_pages, page_limit, pause_secs
         self.truncated = False
+        self.cursor: str | None = None
 
-    def iter_pages(self, collection: str = COLLECTION) -> Iterator[list[str]]:
-        """Each page's DIDs. Sets self.truncated when the page cap ends the walk."""
+    def iter_pages(self, collection: str = COLLECTION, cursor: str | None = None) -> Iterator[list[str]]:
+        """Each page's DIDs, from `cursor` on. After each page self.cursor is where the next one
+        starts (None: the walk ended). Sets self.truncated when the page cap ends the walk."""
         self.truncated = False
-        cursor: str | None = None
+        self.cursor = cursor
         for page in range(self.max_pages):
             if page:
                 self.sleep(self.pause_secs)  # one page per second, never faster
             dids, cursor = self._page(collection, cursor)
+            self.cursor = cursor if dids else None
             yield dids
             if not cursor or not dids:
                 return

@@ -8,6 +8,7 @@ Knobs (plain attributes, change them between calls):
   page_replies   {page_number: (status, headers, body)}  replace the Nth relay page (1-based) this run
   echo_cursor    True: every relay page carries a cursor, even the empty one past the end
   endless        True: every relay page is one fresh DID plus a cursor (for the page cap)
+  page_size      N: a relay page holds at most N repos, whatever limit the client asked for
   slow_dids      {did: seconds} the PDS sleeps before answering listRecords for that DID
   failing_dids   {did: status}  the PDS answers that DID with an error
   plc_upstream   a real PLC directory's URL: the PLC role forwards every DID document request there
@@ -44,6 +45,7 @@ class FakeNetwork:
         self.page_replies: dict[int, tuple[int, dict, object]] = {}
         self.echo_cursor = False
         self.endless = False
+        self.page_size = 0  # when set, a relay page holds at most this many repos whatever the limit asked
         self.slow_dids: dict[str, float] = {}
         self.failing_dids: dict[str, int] = {}
         self.requests: list[tuple[str, dict, dict]] = []
@@ -178,6 +180,7 @@ class FakeNetwork:
             n = int(query.get("cursor") or 0)
             return 200, {}, {"repos": [{"did": f"did:plc:endless{n:06d}"}], "cursor": str(n + 1)}
         limit = int(query.get("limit") or 500)
+        limit = min(limit, self.page_size) if self.page_size else limit
         start = int(query.get("cursor") or 0)
         page = self.repos[start:start + limit]
         body = {"repos": [{"did": d} for d in page]}
