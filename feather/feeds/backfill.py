@@ -64,9 +64,14 @@ def wants_claim(row, now: int) -> bool:
     return not completed and (started_at is None or now - started_at >= wait_ms(retries))
 
 
-def claim(actor: str, feed: str, now: int) -> bool:
-    """True when this caller now owns the backfill of (actor, feed) and must run it."""
-    row = _state(actor, feed)
+_UNREAD = object()
+
+
+def claim(actor: str, feed: str, now: int, row=_UNREAD) -> bool:
+    """True when this caller now owns the backfill of (actor, feed) and must run it. row: the
+    feed_backfills row the caller already read in this transaction (None: there is none)."""
+    if row is _UNREAD:
+        row = _state(actor, feed)
     if row is None:
         cur = db.execute_sql(_q("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
                                 " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING"), (actor, feed, now))
@@ -88,9 +93,10 @@ def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
     budget is spent) nothing is claimed, and a later read tries again."""
     with db.atomic():
         now = now_ms()
-        if admit is not None and wants_claim(_state(actor, feed.name), now) and not admit():
+        row = _state(actor, feed.name)  # read once: the budget's question and the claim share it
+        if admit is not None and wants_claim(row, now) and not admit():
             return None
-        claimed = claim(actor, feed.name, now)
+        claimed = claim(actor, feed.name, now, row)
     if not claimed:
         return None
     greenlet = gevent.spawn(run, app, config, feed, actor)
