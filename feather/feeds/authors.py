@@ -93,12 +93,9 @@ def _fetch(sources, config: FeedsConfig, did: str) -> tuple[str, list | None, st
 
 
 def _store(c: Collection, did: str, items, now: int) -> int:
-    added = 0
-    for rkey, cid, record in items:
-        if is_valid_record_key(rkey) and isinstance(record, dict):
-            added += records.store_if_absent(c, uri=f"at://{did}/{c.nsid}/{rkey}", did=did, rkey=rkey, cid=cid,
-                                             record=record, time_us=records.record_time_us(record, now))
-    return added
+    """Store what a PDS listed, the rows _listed makes of it, never over what the stream stored."""
+    return sum(records.store_if_absent(c, uri=uri, did=did, rkey=rkey, cid=cid, record=None, time_us=time_us, text=text)
+               for uri, cid, _, rkey, text, time_us in _listed(c, did, items, now))
 
 
 def fan_in(config: FeedsConfig, did: str) -> int:
@@ -195,8 +192,9 @@ def backfill_listing(app, config: FeedsConfig, c: Collection, did: str, admit=No
 
 
 def _listed(c: Collection, did: str, items, now: int) -> list[tuple]:
-    """The fetched page as rows of the records table, under the same rules as _store (valid shape,
-    MAX_RECORD_BYTES, one row per rkey)."""
+    """The fetched page as rows of the records table (valid rkey and shape, a CID's shape or None,
+    MAX_RECORD_BYTES, the first of an rkey listed twice): what _store writes and a stranger's
+    listing answers with."""
     rows: dict[str, tuple] = {}
     for rkey, cid, record in items:
         if is_valid_record_key(rkey) and isinstance(record, dict) and rkey not in rows:

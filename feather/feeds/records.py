@@ -146,12 +146,12 @@ def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, reco
     return text
 
 
-def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict,
-                    time_us: int) -> bool:
+def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
+                    time_us: int, text: str | None = None) -> bool:
     """Backfill's write: never overwrite what the live stream stored. True if inserted (a record
-    past MAX_RECORD_BYTES never is)."""
+    past MAX_RECORD_BYTES never is). text: the record's JSON when the caller already has it."""
     d = current_dialect()
-    text = dumps(record)
+    text = dumps(record) if text is None else text
     if not fits(text):
         return False
     cid = clean_cid(cid)
