@@ -16,6 +16,7 @@ import time
 from flask import Blueprint, current_app, jsonify
 
 from feather.db import current_dialect, db
+from feather.jetstream import store as jstore
 from feather.process.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
 from feather.version import __version__
 
@@ -57,9 +58,7 @@ def probe() -> tuple[bool, dict]:
         with _Deadline(BUDGET_SECS):
             row = db.execute_sql("SELECT max(version) FROM schema_version").fetchone()
             tables = db.get_tables()
-            consumers = db.execute_sql(
-                "SELECT name, time_us, last_applied_at, paused_reason FROM jetstream_cursor ORDER BY name"
-            ).fetchall() if "jetstream_cursor" in tables else []
+            consumers = jstore.cursor_rows() if "jetstream_cursor" in tables else []
             published = _published() if "worker_status" in tables else {}
     except Exception as exc:  # any failure to read is the database being unusable
         log.warning("health: database probe failed: %s", exc)
@@ -70,12 +69,12 @@ def probe() -> tuple[bool, dict]:
         "schema_version": row[0],
         "ms": round((time.monotonic() - started) * 1000, 1),
     }
-    saved = {name: {"cursor_time_us": cursor, "last_applied_at": applied, "paused": reason}
-             for name, cursor, applied, reason in consumers}
+    saved = {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}
+             for c in consumers}
     verdict = judge(saved, published, current_app.config["FEATHER"])
     body["consumers"] = {name: public(facts, PUBLIC_STREAM_FIELDS) for name, facts in verdict.streams.items()}
     body["jobs"] = {name: public(facts, PUBLIC_JOB_FIELDS) for name, facts in verdict.jobs.items()}
-    body["fetch_paused"] = any(reason for *_, reason in consumers)
+    body["fetch_paused"] = any(c.paused_reason for c in consumers)
     body["status"] = "degraded" if verdict.reasons else "ok"
     body["reasons"] = verdict.reasons
     return True, body

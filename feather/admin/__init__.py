@@ -13,6 +13,7 @@ import time
 from flask import Blueprint, abort, current_app, render_template
 
 from feather.db import db
+from feather.jetstream import store as jstore
 
 bp = Blueprint("admin", __name__)
 REFRESH_SECS = 5
@@ -37,9 +38,8 @@ def gather() -> dict:
 
     settings = current_app.config["FEATHER"]
     tables = set(db.get_tables())
-    saved = {name: {"cursor_time_us": t, "last_applied_at": applied, "paused": reason}
-             for name, t, applied, reason in db.execute_sql(
-                 "SELECT name, time_us, last_applied_at, paused_reason FROM jetstream_cursor ORDER BY name")}
+    saved = {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}
+             for c in jstore.cursor_rows()}
     verdict = judge(saved, status.read() if "worker_status" in tables else {}, settings)
     return {
         "status": "degraded" if verdict.reasons else "ok",

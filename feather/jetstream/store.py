@@ -1,9 +1,13 @@
-"""The batch transaction: every handler's writes and the cursor that covers them, together."""
+"""The batch transaction: every handler's writes and the cursor that covers them, together.
+
+This module alone writes `jetstream_cursor`: a cursor moves forward (`save_cursor`) except by the
+one deliberate rewind a resharding makes (`rewind_cursor`), and is forgotten only by `forget_cursor`.
+"""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
+from feather import sql
 from feather.db import checkpoint_soon, current_dialect, db
 from feather.jetstream.events import Event
 from feather.jetstream.subscriptions import Subscription
@@ -41,17 +45,49 @@ def resume_point(applied: Cursor | None, first_seen: Cursor | None, lookback_us:
 
 
 def load_cursor(name: str) -> Cursor | None:
-    d = current_dialect()
-    row = db.execute_sql(d.q("SELECT time_us, seq FROM jetstream_cursor WHERE name = ?"), (name,)).fetchone()
+    row = sql.one("SELECT time_us, seq FROM jetstream_cursor WHERE name = ?", (name,))
     return Cursor(row[0], row[1]) if row else None
+
+
+@dataclass(frozen=True)
+class CursorRow:
+    """One saved position as operators see it (`/health`, `/admin`)."""
+    name: str
+    time_us: int
+    last_applied_at: int | None
+    paused_reason: str | None
+
+
+def cursor_rows(prefix: str = "") -> list[CursorRow]:
+    """Every saved cursor whose name starts with `prefix`, by name."""
+    found = sql.rows("SELECT name, time_us, last_applied_at, paused_reason FROM jetstream_cursor"
+                     " WHERE name LIKE ? ORDER BY name", (prefix.replace("%", "") + "%",))
+    return [CursorRow(*row) for row in found]
+
+
+def rewind_cursor(name: str, time_us: int) -> bool:
+    """Move `name` back to `time_us` (or make it there), never forward; the sequence goes too, as
+    a resume prefers a sequence and this is the later position being undone. A row at 0 is no
+    cursor (a pause flag written before anything was applied). True if a row changed."""
+    now = sql.now_s()
+    made = sql.execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES (?, ?, ?)"
+                       " ON CONFLICT (name) DO NOTHING", (name, time_us, now)).rowcount
+    moved = sql.execute("UPDATE jetstream_cursor SET time_us = ?, seq = NULL, updated_at = ?"
+                        " WHERE name = ? AND (time_us <= 0 OR time_us > ?)", (time_us, now, name, time_us)).rowcount
+    return bool(made or moved)
+
+
+def forget_cursor(name: str) -> None:
+    """The next connection of `name` starts from the live tail (or its feature's own start)."""
+    sql.execute("DELETE FROM jetstream_cursor WHERE name = ?", (name,))
 
 
 def save_cursor(name: str, cursor: Cursor) -> None:
     """Upsert that only ever moves forward, whatever order saves arrive in."""
     d = current_dialect()
-    now = int(time.time())
-    db.execute_sql(
-        d.q(
+    now = sql.now_s()
+    sql.execute(
+        (
             "INSERT INTO jetstream_cursor (name, time_us, seq, last_applied_at, updated_at)"
             " VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (name) DO UPDATE SET"
@@ -65,10 +101,9 @@ def save_cursor(name: str, cursor: Cursor) -> None:
 
 
 def set_paused(name: str, reason: str | None) -> None:
-    d = current_dialect()
-    now = int(time.time())
-    db.execute_sql(
-        d.q(
+    now = sql.now_s()
+    sql.execute(
+        (
             "INSERT INTO jetstream_cursor (name, time_us, paused_reason, updated_at) VALUES (?, 0, ?, ?)"
             " ON CONFLICT (name) DO UPDATE SET paused_reason = excluded.paused_reason, updated_at = excluded.updated_at"
         ),
@@ -94,4 +129,4 @@ def apply_batch(sub: Subscription, events: list[Event], cursor: Cursor | None) -
 
 
 def db_size_bytes() -> int:
-    return int(db.execute_sql(current_dialect().size_bytes_sql()).fetchone()[0])
+    return int(db.execute_sql(current_dialect().size_bytes_sql()).fetchone()[0])  # dialect SQL, no params

@@ -94,7 +94,7 @@ def before_stream_starts(settings) -> None:
                             "it from the relays now. Unset the variable once this restart is done.")
                 store.truncate_projection()
                 store.clear_state("live.gap")
-                db.execute_sql(store._q("DELETE FROM jetstream_cursor WHERE name = ?"), (SUBSCRIPTION,))
+                jstore.forget_cursor(SUBSCRIPTION)
                 store.set_state("rollup.updated_at", str(_now_us()))
             if jstore.load_cursor(SUBSCRIPTION) is None:
                 jstore.save_cursor(SUBSCRIPTION, jstore.Cursor(_now_us()))

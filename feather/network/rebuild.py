@@ -26,6 +26,7 @@ import gevent
 import gevent.pool
 
 from feather.db import current_dialect, db
+from feather.jetstream import store as jstore
 from feather.network import store
 from feather.network.apply import record_fields
 from feather.network.relay import COLLECTION, RelayClient, RelayError, RelayRateLimited
@@ -76,8 +77,8 @@ def coverage_us() -> int:
     about a stream that is disconnected, paused by the disk watermark or silent. A connected
     stream moves constantly, since Jetstream sends every #identity and #account event whatever
     the collection filter."""
-    row = db.execute_sql(_q("SELECT time_us FROM jetstream_cursor WHERE name = ?"), ("network",)).fetchone()
-    return max(row[0] if row and row[0] else 0, int(store.get_state("backfill.cursor_us") or 0))
+    saved = jstore.load_cursor("network")
+    return max(saved.time_us if saved and saved.time_us else 0, int(store.get_state("backfill.cursor_us") or 0))
 
 
 def note_gap(now_us: int, stale_us: int) -> bool:

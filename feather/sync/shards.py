@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from feather.jetstream import store as jstore
 from feather.sync.store import execute, now_s, rows, shard_of
 
 log = logging.getLogger(__name__)
@@ -65,22 +66,15 @@ def reshard_cursors(count: int) -> dict[str, int]:
     with db.atomic():
         previous = previous_count()
         cursors = {}
-        for name, time_us in rows("SELECT name, time_us FROM jetstream_cursor WHERE name LIKE ?", "sync:%"):
-            number = name[len("sync:"):]
-            if number.isdigit() and time_us and time_us > 0:
-                cursors[int(number)] = time_us
+        for saved in jstore.cursor_rows("sync:"):
+            number = saved.name[len("sync:"):]
+            if number.isdigit() and saved.time_us and saved.time_us > 0:
+                cursors[int(number)] = saved.time_us
         owners = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE enabled = 1")]
         targets = plan(count, previous, cursors, owners)
         now = now_s()
         for shard, time_us in targets.items():
-            name = f"sync:{shard}"
-            execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT (name) DO NOTHING", name, time_us, now)
-            # seq goes too: a resume prefers a sequence to the time, and this one is the later
-            # position being undone (any host resumes a time). A row at 0 is no cursor (a pause
-            # flag written before anything was applied).
-            execute("UPDATE jetstream_cursor SET time_us = ?, seq = NULL, updated_at = ?"
-                    " WHERE name = ? AND (time_us <= 0 OR time_us > ?)", time_us, now, name, time_us)
+            jstore.rewind_cursor(f"sync:{shard}", time_us)
         if previous != count:
             execute("INSERT INTO app_state (key, value, updated_at) VALUES (?, ?, ?)"
                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
