@@ -6,6 +6,9 @@ the database. A feature module may define:
   subscriptions(settings)  -> list of feather.jetstream.subscriptions.Subscription
   jobs(settings)           -> list of Job (below), run by feather/process/scheduler.py
   operator_status(settings) -> dict of figures for the operator's status page (/admin)
+  ensure_schema(settings)  create what the migrations cannot know (tables named by a config) or
+                           what an operator may drop (the catalogue's projection); run once at
+                           every process start, right after the migrations, never per request
 and, in init_app, register with `add_people_source(app, source)` what it already knows about
 people (`source(dids) -> {did: (verified handle or None, display name or None)}`, database reads
 only), so another feature can name a person without asking the network: `known_people(app, dids)`.
@@ -85,6 +88,13 @@ def operator_status(settings) -> dict:
     """{feature module name: its figures}, for /admin; a feature's own tables stay its own."""
     return {module.__name__: module.operator_status(settings)
             for module in _hooked(settings) if hasattr(module, "operator_status")}
+
+
+def ensure_schema(settings) -> None:
+    """Each feature's ensure_schema, in FEATURE_MODULES order (process start, after migrations)."""
+    for module in _hooked(settings):
+        if hasattr(module, "ensure_schema"):
+            module.ensure_schema(settings)
 
 
 def add_people_source(app, source) -> None:

@@ -1,10 +1,11 @@
-"""What a process does when it starts: migrate, then run the workers if it is allowed to."""
+"""What a process does when it starts: migrate (and let each feature make or repair the tables no
+migration can), then run the workers if it is allowed to."""
 from __future__ import annotations
 
 import logging
 import signal
 
-from feather import db as dbmod
+from feather import db as dbmod, features
 from feather.migrate import upgrade
 from feather.process.workers import Workers
 
@@ -14,7 +15,16 @@ STANDBY_RETRY_SECS = 5.0
 
 
 def migrate(app) -> list[int]:
-    return upgrade(dbmod.db.obj)
+    applied = upgrade(dbmod.db.obj)
+    opened = dbmod.db.is_closed()
+    if opened:
+        dbmod.db.connect()
+    try:
+        features.ensure_schema(app.config["FEATHER"])
+    finally:
+        if opened:
+            dbmod.db.close()
+    return applied
 
 
 def start_web_process(app) -> Workers:
