@@ -27,6 +27,13 @@ def init_app(app) -> None:
     cli.init_app(app)
 
 
+def ensure_schema(settings) -> None:
+    """Process start: re-create any catalogue table an operator dropped (feather/network/schema.py)."""
+    from feather.network import schema
+
+    schema.ensure()
+
+
 def operator_status(settings) -> dict:
     """The catalogue's figures for /admin (feather/features.py collects them)."""
     from feather.network import operator

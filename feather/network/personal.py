@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from feather.db import db
 from feather.network import store
+from feather.network.absent import absent_reads_as
 
 
+@absent_reads_as(list)
 def _rows(did: str) -> list[tuple]:
     return db.execute_sql(store._q("SELECT rkey, feed_url, created_at FROM net_subscription WHERE did = ?"
                                    " ORDER BY rkey"), (did,)).fetchall()

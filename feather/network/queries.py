@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from feather.db import current_dialect, db
+from feather.network.absent import absent_reads_as
 
 ROWS = 25
 
@@ -23,6 +24,7 @@ def _q(sql: str) -> str:
     return current_dialect().q(sql)
 
 
+@absent_reads_as(list)
 def most_subscribed(k: int, limit: int = ROWS) -> list[FeedCount]:
     rows = db.execute_sql(_q(
         "SELECT feed_url, subscriber_count, first_seen FROM net_feed_rollup WHERE subscriber_count >= ?"
@@ -30,6 +32,7 @@ def most_subscribed(k: int, limit: int = ROWS) -> list[FeedCount]:
     return [FeedCount(*r) for r in rows]
 
 
+@absent_reads_as(list)
 def recently_added(k: int, limit: int = ROWS) -> list[FeedCount]:
     """Newest feeds in the catalogue (above the floor); ties broken by URL, so the order is total."""
     sql, params = recently_added_sql(k, limit)
@@ -43,12 +46,14 @@ def recently_added_sql(k: int, limit: int = ROWS) -> tuple[str, tuple]:
             " ORDER BY first_seen DESC, feed_url ASC LIMIT ?", (k, limit))
 
 
+@absent_reads_as(None)
 def count_for(feed_url: str, k: int) -> int | None:
     row = db.execute_sql(_q("SELECT subscriber_count FROM net_feed_rollup WHERE feed_url = ?"),
                          (feed_url,)).fetchone()
     return row[0] if row and row[0] >= k else None
 
 
+@absent_reads_as(dict)
 def attributions(feed_urls: list[str], k: int, fresh_since_us: int) -> dict[str, list[str]]:
     """feed_url -> names of opted-in accounts subscribed to it, for these feeds (the ones a page
     shows) and only where the feed is at or above the floor.

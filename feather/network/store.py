@@ -15,6 +15,7 @@ import time
 from typing import Iterable
 
 from feather.db import current_dialect, db
+from feather.network.absent import absent_reads_as
 
 STATE_KEYS_ON_REBUILD = ("backfill.",)
 
@@ -28,6 +29,7 @@ def _q(sql: str) -> str:
 
 
 # --- network_state
+@absent_reads_as(None)
 def get_state(key: str) -> str | None:
     row = db.execute_sql(_q("SELECT value FROM network_state WHERE key = ?"), (key,)).fetchone()
     return row[0] if row else None
@@ -65,16 +67,19 @@ def lock_did(did: str) -> None:
         db.execute_sql(sql)
 
 
+@absent_reads_as(False)
 def is_opted_out(did: str) -> bool:
     return db.execute_sql(_q("SELECT 1 FROM net_optout WHERE did = ?"), (did,)).fetchone() is not None
 
 
+@absent_reads_as(None)
 def opted_out_at(did: str) -> int | None:
     """When the DID's opt-out was recorded (microseconds), or None when it has none."""
     row = db.execute_sql(_q("SELECT created_at FROM net_optout WHERE did = ?"), (did,)).fetchone()
     return row[0] if row else None
 
 
+@absent_reads_as(0)
 def rows_for_did(did: str) -> int:
     return db.execute_sql(_q("SELECT count(*) FROM net_subscription WHERE did = ?"), (did,)).fetchone()[0]
 
@@ -248,6 +253,7 @@ def set_attribution(did: str, handle: str | None, on: bool) -> None:
         db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
 
 
+@absent_reads_as(False)
 def is_attributed(did: str) -> bool:
     return db.execute_sql(_q("SELECT 1 FROM net_attribution WHERE did = ?"), (did,)).fetchone() is not None
 
