@@ -1,7 +1,7 @@
 """Batch-level ingest SQL (feather/feeds/plan.py, batch.py) gives the per-event result.
 
 The reference is the same batch with every step applied on its own statements in stream order
-(apply_commits(ordered_only=True): what ingest did before it was batched). Random batches over
+(tests/fixtures/feeds/oracle.py: what ingest did before it was batched). Random batches over
 a handful of accounts make every interaction happen often: a follow and a post by its subject
 in one batch, follow then unfollow, duplicate follows, edits that move a post's time, deletes
 and re-creates, replays of stored CIDs, deletes of unknown URIs and writes older than a
@@ -15,6 +15,7 @@ import pytest
 
 from feather.db import current_dialect, db
 from feather.feeds import apply
+from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, PROFILE, FakeSources, create, delete, feeds_app, follow, iso, post, rows, toml,
 )
@@ -77,6 +78,11 @@ def random_batches(seed: int, dids: list[str], batches: int = 6, size: int = 40)
     return out
 
 
+def apply_commits(config, events, ordered_only: bool):
+    """The per-event reference (ordered_only) or production's batch path."""
+    return oracle.apply_commits(config, events) if ordered_only else apply.apply_commits(config, events)
+
+
 def apply_log(app, batches, ordered_only: bool, paths=None) -> dict:
     """Apply the log from empty tables; paths (a dict) counts the steps each path took."""
     config = app.extensions["feeds"]
@@ -86,7 +92,7 @@ def apply_log(app, batches, ordered_only: bool, paths=None) -> dict:
             db.execute_sql(f"DELETE FROM {table}")
         for events in batches:
             with db.atomic():
-                p = apply.apply_commits(config, events, ordered_only=ordered_only)
+                p = apply_commits(config, events, ordered_only)
             if paths is not None:
                 paths["ordered"] = paths.get("ordered", 0) + len(p.ordered)
                 paths["grouped"] = paths.get("grouped", 0) + len(p.grouped)
@@ -188,7 +194,7 @@ def test_an_edit_of_a_record_no_longer_stored_moves_its_old_feed_row_instead_of_
     edit = create(s, POST, "p1", {"text": "edited", "createdAt": iso(BASE_US + 50)}, time_us=BASE_US + 60,
                   op="update")
     with app.app_context(), db.connection_context(), db.atomic():
-        apply.apply_commits(app.extensions["feeds"], [edit], ordered_only=ordered_only)
+        apply_commits(app.extensions["feeds"], [edit], ordered_only)
     assert rows(app, "SELECT actor, uri, time_us FROM feed_items") == [(a, uri, BASE_US + 50)]
 
 

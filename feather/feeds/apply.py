@@ -4,8 +4,8 @@ Pure DB work, idempotent under replay: a create/update whose CID is already stor
 delete of a URI that is not stored, changes nothing and fans out nothing (Contrail's replay
 rule). A batch is decided in memory first (plan.py), then written with a fixed number of
 set-based statements (batch.py); the steps whose result depends on stream order are written
-the same way, run by run in stream order. apply_step (one step, its own statements) is the
-per-event reference the tests compare against. When the batch applied a feed-mutating record it
+the same way, run by run in stream order (the per-event reference the tests compare this with
+is tests/fixtures/feeds/oracle.py). When the batch applied a feed-mutating record it
 sets the prune flag in the same transaction; the prune job reads it (see prune.py for why a
 flag and not a direct sweep).
 """
@@ -15,7 +15,7 @@ import logging
 
 from feather.db import db, index_planned
 from feather.feeds import admission as admission_db
-from feather.feeds import authors, batch, fanout, identities, plan, records, schema, serial
+from feather.feeds import authors, batch, identities, plan, records, schema, serial
 from feather.feeds.admission import Admission
 from feather.feeds.config import FeedsConfig
 from feather.jetstream.events import CommitEvent, IdentityEvent
@@ -23,39 +23,10 @@ from feather.jetstream.events import CommitEvent, IdentityEvent
 log = logging.getLogger(__name__)
 
 
-def apply_step(config: FeedsConfig, step: plan.Step, now: int) -> None:
-    """One step with its own statements: the ordered path, and the reference the batch matches."""
-    event, coll = step.event, step.coll
-    if step.deletes:
-        records.delete(coll, step.uri)
-        records.bury(step.uri, step.time_us)
-        if step.is_target:
-            fanout.remove_target(step.uri)
-        if step.unfollows:
-            fanout.follow_deleted(config, event.collection, event.did, step.unfollows)
-        return
-    records.store(coll, uri=step.uri, did=event.did, rkey=event.rkey, cid=event.cid, record=event.record,
-                  time_us=step.time_us, arrival=step.arrival, text=step.text)
-    if step.is_target:
-        fanout.fan_out_target(config, event.collection, event.did, step.uri, step.time_us,
-                              resync=step.moves_time, now=now)
-    if step.unfollows:  # the follow moved to another subject: the old one is unfollowed
-        fanout.follow_deleted(config, event.collection, event.did, step.unfollows)
-    if step.backfills:
-        fanout.follow_created(config, event.collection, event.did, step.backfills)
-
-
-def apply_commits(config: FeedsConfig, commits: list[CommitEvent], *, ordered_only: bool = False) -> plan.Plan:
-    """Apply a batch's commits; the plan's steps are those that changed something. ordered_only:
-    every step with its own statements, in stream order (what ingest did before batching; the
-    tests' reference)."""
+def apply_commits(config: FeedsConfig, commits: list[CommitEvent]) -> plan.Plan:
+    """Apply a batch's commits; the plan's steps are those that changed something."""
     p = plan.plan(config, commits)
     now = records.now_us()
-    if ordered_only:
-        p.ordered, p.grouped = p.steps, []
-        for step in p.ordered:
-            apply_step(config, step, now)
-        return p
     batch.write(config, p.grouped, now)
     for run in plan.segments(p.ordered):
         batch.write(config, run, now)

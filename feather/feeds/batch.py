@@ -116,7 +116,8 @@ def mark_heavy_sql(feed: Feed, authors: list[str], now: int):
 
 def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list[tuple[str, str]]):
     """Each (follower, subject): the subject's newest `followBackfill` records of this target
-    (never more than its cap), newest first with the uri tie-break, as fanout.follow_backfill_sql."""
+    (never more than its cap), newest first with the uri tie-break, as fanout.follow_backfill_sql
+    does for one pair."""
     d = current_dialect()
     target = feed.targets[target_index]
     table = config.collections[target.short].table
@@ -129,7 +130,7 @@ def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list
 
 
 def unfollow_sql(config: FeedsConfig, triples: list[tuple[str, str, str]]):
-    """(follower, subject, target nsid): one key prefix each, as fanout.unfollow_sql."""
+    """(follower, subject, target nsid): one key prefix each (fanout.unfollow_clause)."""
     clauses, params = [], []
     for triple in triples:
         clause, values = unfollow_clause(config, *triple)

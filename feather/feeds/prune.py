@@ -124,18 +124,6 @@ def run_slice(caps: dict[str, int], budget: int, served: set[str] | None = None)
     return result
 
 
-def run_gated_prune(config: FeedsConfig, settings, feed_touched: bool, now_ms: int) -> SweepResult | None:
-    """Contrail's runGatedFeedPrune: a slice if this tick touched a feed or a recovery pass is due."""
-    caps = config.target_caps()
-    if not caps:
-        return None
-    state = load_state()
-    due = now_ms - state.last_full_pass_ms >= settings.feed_prune_recovery_interval_ms
-    if not feed_touched and not due:
-        return None
-    return _slice_and_stamp(caps, settings, now_ms)
-
-
 def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, served: set[str] | None = None) -> SweepResult:
     result = run_slice(caps, settings.feed_prune_sweep_actors, served)
     with db.atomic():

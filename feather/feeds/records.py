@@ -179,10 +179,6 @@ def bury_many(stones: dict[str, int]) -> None:
                        [v for row in chunk for v in row])
 
 
-def bury(uri: str, time_us: int) -> None:
-    bury_many({uri: time_us})
-
-
 def sweep_tombstones(before_us: int) -> int:
     d = current_dialect()
     return db.execute_sql(d.q("DELETE FROM feed_tombstones WHERE time_us < ?"), (before_us,)).rowcount
@@ -192,10 +188,6 @@ def delete_many(c: Collection, uris: list[str]) -> None:
     d = current_dialect()
     for chunk in chunks(sorted(uris), 1):
         db.execute_sql(d.q(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})"), chunk)
-
-
-def delete(c: Collection, uri: str) -> None:
-    delete_many(c, [uri])
 
 
 def parse_value(text: str | None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from feather.db import current_dialect, db
 from feather.feeds import serial
-from feather.feeds.config import Collection, FeedsConfig
+from feather.feeds.config import FeedsConfig
 
 _PG_DDL_LOCK_KEY = 0x6665617468657210
 _MARK = "_feather_feeds_schema"
@@ -18,10 +18,6 @@ _MARK = "_feather_feeds_schema"
 def subject_expr(alias: str = "r") -> str:
     """The follow record's `$.subject`, written exactly as the index is (so the planner uses it)."""
     return current_dialect().json_text(f"{alias}.record" if alias else "record", "subject")
-
-
-def statements(config: FeedsConfig) -> list[str]:
-    return [sql for sql, _, _ in _objects(config)]
 
 
 def _objects(config: FeedsConfig) -> list[tuple[str, str, bool]]:
@@ -108,6 +104,3 @@ def _in_place(objects: list[tuple[str, str, bool]]) -> bool:
     found = {row[0] for row in db.execute_sql(d.q(sql), names).fetchall()}
     return all((name in found) == present for _, name, present in objects)
 
-
-def target_collection(config: FeedsConfig, nsid_or_short: str) -> Collection | None:
-    return config.collections.get(nsid_or_short) or config.by_nsid(nsid_or_short)
