@@ -13,10 +13,17 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Callable
 from urllib.parse import unquote, urlparse
 
+import gevent
 import peewee
+import psycopg2
+from flask import request
+from gevent import monkey
+from gevent.socket import wait_read, wait_write
 from playhouse.pool import PooledPostgresqlDatabase
+from psycopg2 import extensions
 
 from feather.dialect import Dialect, dialect_for
 
@@ -57,11 +64,8 @@ SQLITE_PRAGMAS = {
 
 CHECKPOINT_SECS = 1.0
 # How long the WAL may grow while checkpoints run beside the writer before the writer waits for
-# one (see checkpoint_soon). About a second of ingest at full speed, as the WAL reached before.
+# one (see Checkpointer.after_write). About a second of ingest at full speed, as the WAL reached before.
 WAL_BOUND_BYTES = 192 * 1024 * 1024
-_last_checkpoint: dict[str, float] = {}
-_running: dict[str, object] = {}  # path -> the gevent AsyncResult of its checkpoint in flight
-_clock = time.monotonic
 
 
 def _checkpoint(path: str) -> tuple[int, int] | sqlite3.Error:
@@ -80,44 +84,81 @@ def _checkpoint(path: str) -> tuple[int, int] | sqlite3.Error:
         return exc
 
 
+class Checkpointer:
+    """The WAL checkpoints of one SQLite file: when the last began, and the one in flight.
+
+    make_database gives every file database its own (`database.checkpointer`); `run`, `clock` and
+    `wal_bound_bytes` are there for a test to replace on that one object.
+    """
+
+    def __init__(self, path: str, run: Callable[[str], object] = _checkpoint,
+                 clock: Callable[[], float] = time.monotonic, wal_bound_bytes: int = WAL_BOUND_BYTES):
+        self.path = path
+        self.run = run
+        self.clock = clock
+        self.wal_bound_bytes = wal_bound_bytes
+        self.last_started = float("-inf")
+        self.running = None  # the gevent AsyncResult of the checkpoint in flight
+        self._page_size: int | None = None
+
+    def after_write(self, database: peewee.SqliteDatabase) -> None:
+        """After a write transaction: once a CHECKPOINT_SECS, checkpoint the WAL in an OS thread
+        (gevent's pool), and go on writing while it runs.
+
+        A checkpoint copies the WAL back into the database file and fsyncs it. Left to
+        wal_autocheckpoint, the batch writer's commit ran it inside the event loop: a third of all
+        commit time on the ingest bench, during which no socket was read and no request answered.
+        sqlite3 releases the GIL while it works, so in a thread it runs beside the next batches.
+        PASSIVE never blocks readers or the writer; a busy or failed one is tried again later.
+
+        The price: a WAL only starts over from its beginning when a checkpoint has copied all of it
+        before the next write begins, which one racing the writer never does, so the WAL grows while
+        they overlap. Each checkpoint reports the WAL's length; once that passes wal_bound_bytes the
+        writer waits for the next one (a short one: its predecessors copied all but the last few
+        batches), and its next write starts the WAL over. Measured on the ingest bench the writer
+        used to wait here a fifth of its time (once a second)."""
+        if database.in_transaction():
+            return  # an outer transaction is still open: waiting here would yield inside it
+        running = self.running
+        if running is not None and not running.ready():
+            return  # one at a time: the next batch looks again
+        over = _frames(running) * self.page_size(database) >= self.wal_bound_bytes
+        now = self.clock()
+        if not over and now - self.last_started < CHECKPOINT_SECS:
+            return
+        self.last_started = now
+        self.running = result = gevent.get_hub().threadpool.spawn(self.run, self.path)
+        if over:
+            result.wait()  # the writer idle: this one copies everything, and the WAL starts over
+            _frames(result)  # (logs a failure)
+            self.running = None  # its length is the WAL's before that restart: not a reason to wait again
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the checkpoint in flight (if any) is done: before closing the last connection,
+        which would race it for the file."""
+        if self.running is not None:
+            self.running.wait(timeout=timeout)
+
+    def page_size(self, database: peewee.SqliteDatabase) -> int:
+        if self._page_size is None:
+            self._page_size = database.execute_sql("PRAGMA page_size").fetchone()[0]
+        return self._page_size
+
+
 def checkpoint_soon() -> None:
-    """After a write transaction on a SQLite file: once a CHECKPOINT_SECS, checkpoint the WAL in
-    an OS thread (gevent's pool), and go on writing while it runs.
-
-    A checkpoint copies the WAL back into the database file and fsyncs it. Left to
-    wal_autocheckpoint, the batch writer's commit ran it inside the event loop: a third of all
-    commit time on the ingest bench, during which no socket was read and no request answered.
-    sqlite3 releases the GIL while it works, so in a thread it runs beside the next batches.
-    PASSIVE never blocks readers or the writer; a busy or failed one is tried again later.
-
-    The price: a WAL only starts over from its beginning when a checkpoint has copied all of it
-    before the next write begins, which one racing the writer never does, so the WAL grows while
-    they overlap. Each checkpoint reports the WAL's length; once that passes WAL_BOUND_BYTES the
-    writer waits for the next one (a short one: its predecessors copied all but the last few
-    batches), and its next write starts the WAL over. Measured on the ingest bench the writer
-    used to wait here a fifth of its time (once a second)."""
+    """After a write transaction on a SQLite file: Checkpointer.after_write on the bound database's
+    (PostgreSQL and an in-memory SQLite have none)."""
     database = db.obj
-    if not isinstance(database, peewee.SqliteDatabase) or database.database in ("", ":memory:"):
-        return
-    if database.in_transaction():
-        return  # an outer transaction is still open: waiting here would yield inside it
-    path = database.database
-    running = _running.get(path)
-    if running is not None and not running.ready():
-        return  # one at a time: the next batch looks again
-    frames = _frames(running)
-    over = frames * _page_size(database) >= WAL_BOUND_BYTES
-    now = _clock()
-    if not over and now - _last_checkpoint.get(path, float("-inf")) < CHECKPOINT_SECS:
-        return
-    _last_checkpoint[path] = now
-    import gevent
+    checkpointer = getattr(database, "checkpointer", None)
+    if checkpointer is not None:
+        checkpointer.after_write(database)
 
-    _running[path] = result = gevent.get_hub().threadpool.spawn(_checkpoint, path)
-    if over:
-        result.wait()  # the writer idle: this one copies everything, and the WAL starts over
-        _frames(result)  # (logs a failure)
-        del _running[path]  # its length is the WAL's before that restart: not a reason to wait again
+
+def wait_for_checkpoint() -> None:
+    """Until the bound database's checkpoint in flight is done (a no-op where there is none)."""
+    checkpointer = getattr(db.obj, "checkpointer", None)
+    if checkpointer is not None:
+        checkpointer.wait()
 
 
 def _frames(result) -> int:
@@ -131,14 +172,6 @@ def _frames(result) -> int:
     return result.value[0]
 
 
-def _page_size(database) -> int:
-    size = getattr(database, "_feather_page_size", None)
-    if size is None:
-        size = database.execute_sql("PRAGMA page_size").fetchone()[0]
-        database._feather_page_size = size
-    return size
-
-
 def make_database(url: str) -> peewee.Database:
     """Build (not connect) the database named by a DATABASE_URL."""
     if url.startswith("sqlite://"):
@@ -148,7 +181,9 @@ def make_database(url: str) -> peewee.Database:
         path.parent.mkdir(parents=True, exist_ok=True)
         if _create_private(path):
             _create_sqlite_file(path)
-        return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
+        database = peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
+        database.checkpointer = Checkpointer(str(path))
+        return database
     parsed = urlparse(url)
     _install_gevent_wait_callback()
     return PooledPostgresqlDatabase(
@@ -182,8 +217,6 @@ def _create_sqlite_file(path: Path) -> None:
     writes it), hence once, here; as a per-connection pragma it would take a write lock at every
     connect. An existing file keeps its mode until a one-off VACUUM (the watermark counts pages
     in use either way)."""
-    import sqlite3
-
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
     try:
         conn.execute("PRAGMA auto_vacuum = incremental")
@@ -222,15 +255,8 @@ def index_planned():
 
 def _install_gevent_wait_callback() -> None:
     """psycopg2 blocks the whole hub unless told to wait through gevent; do so when patched."""
-    try:
-        from gevent import monkey
-    except ImportError:  # pragma: no cover - gevent is a hard dependency
-        return
     if not monkey.is_module_patched("socket"):
         return
-    import psycopg2
-    from gevent.socket import wait_read, wait_write
-    from psycopg2 import extensions
 
     def wait(conn, timeout=None):
         while True:
@@ -253,8 +279,6 @@ _MANAGES_OWN_CONNECTION = {"health.health"}
 
 def init_app(app) -> None:
     """Open a connection per request and hand it back afterwards (as the peewee docs advise)."""
-
-    from flask import request
 
     @app.before_request
     def _connect():

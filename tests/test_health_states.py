@@ -7,16 +7,15 @@ import pytest
 
 from feather.db import current_dialect, db
 from feather.features import Job
-from feather.jetstream import consumer, observe
+from feather.jetstream import observe
 from feather.jetstream.engine import Engine
 from feather.jetstream.observe import StreamObserver
-from feather.process import supervisor
 from feather.process.scheduler import guarded
 from feather.process.verdict import judge
 from tests.support import mirror_feature
 from tests.support.fake_jetstream import make_commit
 from tests.support.waiting import wait_until
-from tests.test_jetstream_engine import connected, engine_for, jetstream, rows  # noqa: F401 (fixtures)
+from tests.test_jetstream_engine import FAST, connected, engine_for, jetstream, rows  # noqa: F401 (fixtures)
 from tests.test_sync_views import sign_in
 
 OPERATOR = "did:plc:operator"
@@ -46,7 +45,7 @@ def test_healthy_when_the_stream_is_connected_and_jobs_succeed(engine_for, jetst
     wait_until(lambda: "at://did:plc:alice/app.bsky.feed.post/h1" in rows(), message="applied")
     stream_up(engine)
     # the writer commits, then records the batch for the observer: the row can be visible first
-    wait_until(lambda: engine.streams["global"].obs.last_applied_at is not None, message="batch observed")
+    wait_until(lambda: engine.streams["global"].state.obs.last_applied_at is not None, message="batch observed")
     guarded(app, Job("tidy", lambda: None, 60), board=engine.board)()
     publish(app, engine)
 
@@ -61,11 +60,10 @@ def test_healthy_when_the_stream_is_connected_and_jobs_succeed(engine_for, jetst
 
 
 def test_unreachable_jetstream_keeps_the_service_up_and_health_degraded(make_app, monkeypatch):
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
     monkeypatch.setattr(mirror_feature, "_ready", False)
     url = f"ws://127.0.0.1:{closed_port()}/subscribe"
     app = make_app(FEATHERREADER_JETSTREAM_HOSTS=url, FEATHERREADER_ADMIN_DIDS=OPERATOR)
-    engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]))
+    engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]), tuning=FAST)
     engine.start()
     try:
         stream = engine.streams["global"]
@@ -88,9 +86,7 @@ def test_unreachable_jetstream_keeps_the_service_up_and_health_degraded(make_app
         engine.stop(timeout=5)
 
 
-def test_a_job_failing_its_last_runs_makes_health_degraded_and_shows_on_admin(engine_for, jetstream,  # noqa: F811
-                                                                              monkeypatch):
-    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 0.0)
+def test_a_job_failing_its_last_runs_makes_health_degraded_and_shows_on_admin(engine_for, jetstream):  # noqa: F811
     app, engine = engine_for(FEATHERREADER_ADMIN_DIDS=OPERATOR, FEATHERREADER_HEALTH_JOB_FAILURES=3)
     engine.start()
     wait_until(connected(jetstream), message="connection")
@@ -99,7 +95,7 @@ def test_a_job_failing_its_last_runs_makes_health_degraded_and_shows_on_admin(en
         raise RuntimeError("the relay said 502")
 
     stream_up(engine)
-    run = guarded(app, Job("sync-runner", boom, 5), board=engine.board)
+    run = guarded(app, Job("sync-runner", boom, 5), board=engine.board, delay=lambda attempt: 0.0)
     run()
     run()
     publish(app, engine)

@@ -1,12 +1,14 @@
 """The ingest engine against the fake Jetstream: reconnects, membership, bad frames, backpressure."""
 import time
+from dataclasses import replace
 
 import gevent
 import pytest
 
 from feather.db import db
-from feather.jetstream import consumer, writer
+from feather.jetstream import writer
 from feather.jetstream.engine import Engine
+from feather.jetstream.tuning import Tuning
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.fake_jetstream import FakeJetstream, make_commit
@@ -19,16 +21,20 @@ def jetstream():
         yield js
 
 
+# Reconnects (and restarts) at once: the tests wait for convergence, not for a real backoff.
+FAST = Tuning(backoff=lambda attempt: 0.05)
+
+
 @pytest.fixture
 def engine_for(make_app, jetstream, monkeypatch):
     engines = []
     monkeypatch.setattr(mirror_feature, "_ready", False)
 
-    def build(**settings):
+    def build(tuning: Tuning | None = None, **settings):
         app = make_app(FEATHERREADER_JETSTREAM_HOSTS=jetstream.url,
                        FEATHERREADER_EXTRA_FEATURES="tests.support.mirror_feature", **settings)
         # Only the test feature's subscriptions: the counts below are about one socket.
-        engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]))
+        engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]), tuning=tuning)
         engines.append(engine)
         return app, engine
 
@@ -46,9 +52,8 @@ def connected(js, n=1):
     return lambda: js.stats()["connections"] == n
 
 
-def test_forced_drop_resumes_from_cursor_with_no_gap_and_no_duplicate(engine_for, jetstream, monkeypatch):
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    app, engine = engine_for()
+def test_forced_drop_resumes_from_cursor_with_no_gap_and_no_duplicate(engine_for, jetstream):
+    app, engine = engine_for(tuning=FAST)
     engine.start()
     wait_until(connected(jetstream), message="first connection")
     first = mixed_log(400, seed=1)
@@ -152,13 +157,9 @@ def test_identity_account_and_unknown_kind_frames_are_survived(engine_for, jetst
 
 
 def test_full_queue_disconnects_and_replay_converges(engine_for, jetstream, monkeypatch):
-    monkeypatch.setattr(consumer, "QUEUE_SIZE", 20)
-    monkeypatch.setattr(consumer, "QUEUE_FULL_GRACE_SECS", 0)
-    monkeypatch.setattr(writer, "BATCH_EVENTS", 10)
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
     # Slow enough that the first batch is still being written when the reader reconnects.
     monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 0.2)
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=replace(FAST, queue_size=20, queue_full_grace_secs=0, batch_events=10))
     engine.start()
     wait_until(connected(jetstream), message="connection")
     frames = mixed_log(300, seed=3)
@@ -171,9 +172,8 @@ def test_full_queue_disconnects_and_replay_converges(engine_for, jetstream, monk
     assert engine.streams["global"].stats["connects"] >= 2
 
 
-def test_watermark_pauses_writing_and_resumes_under_it(engine_for, jetstream, monkeypatch):
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    app, engine = engine_for(FEATHERREADER_DB_SIZE_WATERMARK_BYTES=1024)
+def test_watermark_pauses_writing_and_resumes_under_it(engine_for, jetstream):
+    app, engine = engine_for(tuning=FAST, FEATHERREADER_DB_SIZE_WATERMARK_BYTES=1024)
     engine.start()
     assert engine.watermark_paused is True
     gevent.sleep(0.5)
@@ -250,19 +250,18 @@ def test_the_last_account_leaving_closes_the_connection_quietly_and_idles(engine
 
 def test_the_cursor_is_saved_with_a_batch_at_most_once_a_second(engine_for, jetstream, monkeypatch):
     """The writer's clock is held still and moved by hand: batches within a second of the last save
-    carry no cursor; the first one a full second (CURSOR_SAVE_SECS) later does."""
+    carry no cursor; the first one a full second (Tuning.cursor_save_secs) later does."""
     from types import SimpleNamespace
 
     from feather.jetstream import store
 
     clock = [1000.0]
     monkeypatch.setattr(writer, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    monkeypatch.setattr(writer, "BATCH_EVENTS", 10)
     saved_with: list[bool] = []
     real = store.apply_batch
     monkeypatch.setattr(store, "apply_batch", lambda sub, batch, cursor: (
         saved_with.append(cursor is not None), real(sub, batch, cursor))[1])
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=Tuning(batch_events=10))
     engine.start()
     stream = engine.streams["global"]
     wait_until(connected(jetstream), message="connection")
@@ -289,14 +288,13 @@ def test_the_cursor_is_saved_with_a_batch_at_most_once_a_second(engine_for, jets
 def test_the_channel_between_socket_and_writer_holds_1024_events(engine_for, jetstream, monkeypatch):
     """The writer is stuck on its first batch: the reader queues until the channel is full, and the
     event that does not fit drops the connection (Jetstream replays it)."""
-    monkeypatch.setattr(consumer, "QUEUE_FULL_GRACE_SECS", 0)
     monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 5.0)
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=Tuning(queue_full_grace_secs=0))
     engine.start()
     stream = engine.streams["global"]
     wait_until(connected(jetstream), message="connection")
     jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "first", "create")])
-    wait_until(lambda: mirror_feature.batches_applied or stream.queue.qsize() == 0, message="the writer took it")
+    wait_until(lambda: mirror_feature.batches_applied or stream.state.queue.qsize() == 0, message="the writer took it")
     jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", f"q{i}", "create") for i in range(2000)])
     wait_until(lambda: stream.stats["queue_full"] >= 1, timeout=5, message="the channel filled")
-    assert stream.queue.qsize() == consumer.QUEUE_SIZE == 1024
+    assert stream.state.queue.qsize() == Tuning().queue_size == 1024

@@ -8,7 +8,7 @@ import socket
 
 import gevent
 
-from feather.jetstream import writer
+from feather.jetstream.tuning import Tuning
 from tests.support import mirror_feature
 from tests.support.eventlog import mixed_log
 from tests.support.waiting import wait_until
@@ -16,10 +16,9 @@ from tests.test_jetstream_engine import connected, engine_for, jetstream  # noqa
 
 
 def _batches_before_socket_is_served(engine_for, jetstream, monkeypatch) -> tuple[int, int]:  # noqa: F811
-    monkeypatch.setattr(writer, "BATCH_EVENTS", 50)
     monkeypatch.setattr(mirror_feature, "BUSY_WRITER_SECS", 0.005)
     monkeypatch.setattr(mirror_feature, "batches_applied", 0)
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=Tuning(batch_events=50))
     engine.start()
     wait_until(connected(jetstream), message="connection")
     jetstream.append(mixed_log(20_000, seed=4))  # about 400 batches of catch-up

@@ -3,17 +3,19 @@ reset, a handler failing mid-batch, a reader killed by a bug, and the cursor cat
 stream goes quiet. Each test names the planted bug it catches (issue 20)."""
 import logging
 import time
+from dataclasses import replace
 
 import pytest
 
 from feather.process import supervisor
 from feather.db import db
-from feather.jetstream import consumer, store, writer
+from feather.jetstream import consumer, store
 from feather.jetstream.engine import Engine
+from feather.jetstream.tuning import Tuning
 from tests.support import mirror_feature
 from tests.support.fake_jetstream import FakeJetstream, make_commit
 from tests.support.waiting import wait_until
-from tests.test_jetstream_engine import connected, engine_for, jetstream, rows  # noqa: F401 (fixtures)
+from tests.test_jetstream_engine import FAST, connected, engine_for, jetstream, rows  # noqa: F401 (fixtures)
 
 POST = "app.bsky.feed.post"
 
@@ -85,23 +87,22 @@ def test_a_v2_cursor_older_than_the_lookback_resumes_at_the_window_and_reports_t
 
 def test_fails_over_to_the_next_host_and_back(make_app, monkeypatch):
     """Catches: a reader that keeps retrying the host that went away."""
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
     monkeypatch.setattr(mirror_feature, "_ready", False)
     first, second = FakeJetstream().start(), FakeJetstream().start()
     again = None
     app = make_app(FEATHERREADER_JETSTREAM_HOSTS=f"{first.url},{second.url}")
-    engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]))
+    engine = Engine(app, mirror_feature.subscriptions(app.config["FEATHER"]), tuning=FAST)
     engine.start()
     stream = engine.streams["global"]
     try:
         wait_until(connected(first), message="the first host")
         first.close()
         wait_until(connected(second), message="failover to the second host")
-        assert stream.obs.host == second.url
+        assert stream.state.obs.host == second.url
         again = FakeJetstream(port=first.port).start()  # the first host is back
         second.close()
         wait_until(connected(again), message="back to the first host")
-        assert stream.obs.host == first.url
+        assert stream.state.obs.host == first.url
         again.append([make_commit("did:plc:alice", POST, "back", "create")])
         wait_until(lambda: f"at://did:plc:alice/{POST}/back" in rows(), message="applied from the first host")
         assert stream.stats["connects"] == 3
@@ -113,11 +114,10 @@ def test_fails_over_to_the_next_host_and_back(make_app, monkeypatch):
 
 
 def test_backoff_grows_while_nothing_arrives_and_resets_after_a_connection_that_delivered(
-        engine_for, jetstream, monkeypatch):  # noqa: F811
+        engine_for, jetstream):  # noqa: F811
     """Catches: backoff that never resets after a good connection (and one that resets on a mere connect)."""
     attempts = []
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: attempts.append(attempt) or 0.05)
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=Tuning(backoff=lambda attempt: attempts.append(attempt) or 0.05))
     engine.start()
     stream = engine.streams["global"]
 
@@ -142,10 +142,8 @@ def test_backoff_grows_while_nothing_arrives_and_resets_after_a_connection_that_
 def streaming_with_b2_planted(engine_for, jetstream, monkeypatch):  # noqa: F811
     """A connected "global" stream of 3-event batches whose handler fails on rkey b2 while
     mirror_feature.fails_left > 0 (the tests set it), reconnecting at once."""
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    monkeypatch.setattr(writer, "BATCH_EVENTS", 3)
     monkeypatch.setattr(mirror_feature, "FAIL_RKEY", "b2")
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=replace(FAST, batch_events=3))
     engine.start()
     wait_until(connected(jetstream), message="connection")
     return engine.streams["global"]
@@ -207,9 +205,7 @@ def test_the_writer_recovers_when_the_failed_batch_itself_applies_even_if_nothin
 def test_a_reader_killed_by_a_bug_is_restarted_by_the_supervisor_and_logged_once(
         engine_for, jetstream, monkeypatch, caplog):  # noqa: F811
     """Catches: a reader greenlet that dies for good when something outside its retry loop raises."""
-    monkeypatch.setattr(consumer, "backoff_delay", lambda attempt: 0.05)
-    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 0.05)
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=FAST)  # the supervisor's restart backs off by the stream's tuning too
     engine.start()
     stream = engine.streams["global"]
     wait_until(connected(jetstream), message="connection")
@@ -234,10 +230,9 @@ def test_a_reader_killed_by_a_bug_is_restarted_by_the_supervisor_and_logged_once
     assert "Traceback" in errors[0]
 
 
-def test_the_cursor_is_saved_once_the_stream_goes_quiet(engine_for, jetstream, monkeypatch):  # noqa: F811
+def test_the_cursor_is_saved_once_the_stream_goes_quiet(engine_for, jetstream):  # noqa: F811
     """Catches: the last applied position left unsaved after a burst (saved only with a batch)."""
-    monkeypatch.setattr(writer, "CURSOR_SAVE_SECS", 10**9)  # the once-a-second rule never fires again
-    app, engine = engine_for()
+    app, engine = engine_for(tuning=Tuning(cursor_save_secs=10**9))  # the once-a-second rule never fires again
     engine.start()
     stream = engine.streams["global"]
     wait_until(connected(jetstream), message="connection")

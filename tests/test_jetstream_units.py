@@ -4,7 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from feather.jetstream import consumer, hosts, store
+from feather.jetstream import hosts, store
+from feather.jetstream.tuning import Tuning
+from feather.process.supervisor import backoff_delay
 from feather.jetstream.store import Cursor
 from feather.jetstream.events import AccountEvent, CommitEvent, DecodeError, IdentityEvent, decode
 from feather.jetstream.subscriptions import (Handler, Subscription, SubscriptionError, merge, validate,
@@ -165,9 +167,10 @@ def test_handler_filters_by_collection_prefix():
 
 
 def test_backoff_doubles_from_one_to_sixty_seconds_with_quarter_jitter():
-    assert [consumer.backoff_delay(a, rand=lambda: 0.5) for a in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
-    assert consumer.backoff_delay(0, rand=lambda: 0.0) == 0.75
-    assert consumer.backoff_delay(10, rand=lambda: 1.0) == 75.0
+    assert Tuning().backoff is backoff_delay  # what every stream reconnects by unless told otherwise
+    assert [backoff_delay(a, rand=lambda: 0.5) for a in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert backoff_delay(0, rand=lambda: 0.0) == 0.75
+    assert backoff_delay(10, rand=lambda: 1.0) == 75.0
 
 
 def test_dev_injection_is_forbidden_outside_development(make_app):
@@ -329,11 +332,11 @@ def test_a_batch_whose_second_handler_fails_commits_neither_the_first_handlers_w
         assert (store.load_cursor("written-by-handler"), store.load_cursor("global")) == (Cursor(5_000), Cursor(5_000))
 
 
-def _stream(app, handlers=None):
+def _stream(app, handlers=None, tuning=None):
     from feather.jetstream.consumer import Stream
 
     sub = Subscription("global", ["app.bsky.feed.post"], handlers or [_handler()])
-    return Stream(sub, ["ws://127.0.0.1:9/subscribe"], app=app, allow_private=True)
+    return Stream(sub, ["ws://127.0.0.1:9/subscribe"], app=app, allow_private=True, tuning=tuning)
 
 
 def _post(time_us, seq=None, rkey="k"):
@@ -343,18 +346,26 @@ def _post(time_us, seq=None, rkey="k"):
 def _drain_into_cursor(stream, events):
     """Queue events, then run the writer until it has applied them and stopped."""
     for event in events:
-        stream.queue.put((stream.generation, event))
-    stream.stopping.set()
-    stream._write_loop()
+        stream.state.queue.put((stream.state.generation, event))
+    stream.state.stopping.set()
+    stream.writer.run()
 
 
 def test_a_batch_takes_at_most_500_events_and_leaves_the_rest_queued(app):
     stream = _stream(app)
     for i in range(501):
-        stream.queue.put((0, _post(i + 1, rkey=f"k{i}")))
-    batch = stream._next_batch()
+        stream.state.queue.put((0, _post(i + 1, rkey=f"k{i}")))
+    batch = stream.writer.next_batch()
     assert len(batch) == 500 and batch[-1].time_us == 500
-    assert stream.queue.qsize() == 1
+    assert stream.state.queue.qsize() == 1
+
+
+def test_a_batch_takes_at_most_the_tunings_batch_events(app):
+    stream = _stream(app, tuning=Tuning(batch_events=3))
+    for i in range(5):
+        stream.state.queue.put((0, _post(i + 1, rkey=f"k{i}")))
+    assert [e.time_us for e in stream.writer.next_batch()] == [1, 2, 3]
+    assert stream.state.queue.qsize() == 2
 
 
 def test_the_writer_cursor_is_the_newest_event_of_the_batch_not_the_last_received(app):
@@ -370,7 +381,7 @@ def test_the_writer_cursor_is_the_newest_event_of_the_batch_not_the_last_receive
 def test_a_batch_without_sequences_keeps_the_sequence_the_stream_resumes_from(app):
     stream = _stream(app)
     _drain_into_cursor(stream, [_post(100, seq=5)])
-    stream.stopping.clear()
+    stream.state.stopping.clear()
     _drain_into_cursor(stream, [_post(200)])
     assert stream.cursor == Cursor(200, 5)
     assert stream._connect_cursor() == 5  # resumes by sequence, as the saved cursor says
@@ -386,10 +397,10 @@ def test_a_failure_streak_ends_only_once_the_failed_sequence_itself_is_applied()
 
 def test_an_event_at_the_high_water_mark_counts_as_already_queued(app):
     stream = _stream(app)
-    stream.high_water = (0, 100, 7)
+    stream.state.high_water = (0, 100, 7)
     assert stream._already_queued(_post(100, seq=7))
     assert not stream._already_queued(_post(100, seq=8))
-    stream.high_water = (0, 100, None)
+    stream.state.high_water = (0, 100, None)
     assert stream._already_queued(_post(100))
     assert not stream._already_queued(_post(101))
 
@@ -419,18 +430,16 @@ def test_the_rate_in_a_streams_first_minute_is_over_the_seconds_since_its_first_
 
 
 def test_a_stream_whose_high_water_is_its_applied_sequence_has_no_backlog(app):
-    from feather.jetstream import observe
-
     stream = _stream(app)
     stream.cursor = Cursor(100, 7)
-    stream.high_water = (0, 100, 7)
-    assert observe.backlog(stream) is False
-    stream.high_water = (0, 100, 8)
-    assert observe.backlog(stream) is True
-    stream.high_water = (0, 100, None)
-    assert observe.backlog(stream) is False
-    stream.high_water = (0, 101, None)
-    assert observe.backlog(stream) is True
+    stream.state.high_water = (0, 100, 7)
+    assert stream.state.backlog() is False
+    stream.state.high_water = (0, 100, 8)
+    assert stream.state.backlog() is True
+    stream.state.high_water = (0, 100, None)
+    assert stream.state.backlog() is False
+    stream.state.high_water = (0, 101, None)
+    assert stream.state.backlog() is True
 
 
 def test_a_batch_stamped_in_the_future_shows_no_negative_lag():

@@ -9,8 +9,7 @@ from feather.process import supervisor
 from feather.process.scheduler import build_scheduler, guarded
 
 
-def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app, caplog, monkeypatch):
-    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 0.0)
+def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app, caplog):
     outcomes = iter([RuntimeError("upstream said no")] * 3 + [None] + [RuntimeError("again")])
     calls = []
 
@@ -20,7 +19,7 @@ def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app,
         if outcome is not None:
             raise outcome
 
-    run = guarded(app, Job("flaky", flaky, 60))
+    run = guarded(app, Job("flaky", flaky, 60), delay=lambda attempt: 0.0)
     with caplog.at_level(logging.INFO, logger="feather.process.supervisor"):
         for _ in range(3):
             run()
@@ -38,15 +37,14 @@ def test_a_failing_job_logs_its_traceback_once_per_streak_and_keeps_running(app,
         "job flaky recovered after 3 failure(s) in a row"]
 
 
-def test_a_failing_job_skips_its_runs_until_the_backoff_has_passed(app, monkeypatch):
-    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 3600.0)
+def test_a_failing_job_skips_its_runs_until_the_backoff_has_passed(app):
     calls = []
 
     def failing():
         calls.append(1)
         raise RuntimeError("down")
 
-    run = guarded(app, Job("down", failing, 5))
+    run = guarded(app, Job("down", failing, 5), delay=lambda attempt: 3600.0)
     run()
     run()
     run()
@@ -83,14 +81,13 @@ def test_scheduler_registers_each_job_once_by_id(app):
 def test_a_failing_job_runs_again_the_very_second_its_backoff_ends(app, monkeypatch):
     clock = [1_000.0]
     monkeypatch.setattr(supervisor, "time", SimpleNamespace(time=lambda: clock[0], monotonic=time.monotonic))
-    monkeypatch.setattr(supervisor, "backoff_delay", lambda attempt: 30.0)
     calls = []
 
     def failing():
         calls.append(clock[0])
         raise RuntimeError("down")
 
-    run = guarded(app, Job("down", failing, 5))
+    run = guarded(app, Job("down", failing, 5), delay=lambda attempt: 30.0)
     run()
     assert run.piece.next_try_at == 1_030.0
     clock[0] = 1_029.9

@@ -1,8 +1,10 @@
-"""One subscription's socket loop (reader) and batch writer, as two greenlets.
+"""One subscription's stream: its socket loop (the reader, here) and its batch writer, as two greenlets.
 
 reader: websocket → decode → bounded queue. A full queue drops the connection instead of
         blocking the socket or growing memory; Jetstream replays from the cursor.
 writer: queue → batch → apply_batch in one transaction with the cursor (writer.py).
+They share a StreamState (state.py) and nothing else; the sizes and timings are the Tuning the
+engine hands the stream (tuning.py).
 The in-memory cursor is the last *applied* event, so a reconnect never skips what is still
 in the queue, and replay overlap is harmless because every handler is idempotent.
 """
@@ -11,75 +13,73 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 
 import gevent
 import websocket
 from gevent.event import Event as Flag
 from gevent.queue import Full, Queue
 
-from feather.jetstream import hosts, store
+from feather.db import db
+from feather.jetstream import hosts, observe, store
 from feather.jetstream.events import MAX_FRAME_BYTES, DecodeError, decode
-from feather.jetstream import observe
-from feather.jetstream.observe import StreamObserver
+from feather.jetstream.state import StreamState
 from feather.jetstream.subscriptions import Subscription, validate_dids
-from feather.jetstream.writer import BatchWriter
+from feather.jetstream.tuning import Tuning
+from feather.jetstream.writer import Writer
 from feather.outbound.websocket import FrameTooLarge, open_websocket
 from feather.process.status import Board
-from feather.process.supervisor import Piece, backoff_delay, supervise
+from feather.process.supervisor import Piece, supervise
 
 log = logging.getLogger(__name__)
 
-QUEUE_SIZE = 1024
-# How long the reader waits for room before dropping the connection. One batch period: a queue
-# that a flush empties is momentary (replay arrives faster than any writer); one that stays
-# full is the sustained fullness the drop is for.
-QUEUE_FULL_GRACE_SECS = 1.0
-RECV_TIMEOUT_SECS = 75.0  # Jetstream pings every 30 s; silence this long means a dead socket
-STABLE_CONNECTION_SECS = 60.0
 
-
-class Stream(BatchWriter):
-    def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool, board: Board | None = None):
+class Stream:
+    def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool, board: Board | None = None,
+                 tuning: Tuning | None = None):
         self.sub = sub
         self.urls = urls
-        self.app = app
         self.allow_private = allow_private
-        self.queue: Queue = Queue(maxsize=QUEUE_SIZE)
-        self.stats: Counter = Counter()
-        self.cursor: store.Cursor | None = None  # last applied, in memory
+        self.tuning = tuning or Tuning()
+        self.state = StreamState(Queue(maxsize=self.tuning.queue_size))
         self.paused = Flag()  # set while the disk watermark holds us off
-        self.stopping = Flag()
         self.ws: websocket.WebSocket | None = None
         self.sent_dids: list[str] | None = None
-        # Newest event handed to the writer, and from which host. Replay after a reconnect to the
-        # same host re-sends what we already queued; skipping it is what lets a slow writer make
-        # progress when the 5 s overlap alone holds more events than the queue.
-        self.high_water: tuple[int, int, int | None] | None = None
         self.host_index = 0
-        self.generation = 0  # bumped by the writer when it throws away queued events
         self.closed_for: str | None = None  # why this process closed the socket itself, if it did
         self.first_seen: store.Cursor | None = None  # first event this process received
         self.connected = Flag()
-        self.obs = StreamObserver()
         # Reader and writer are supervised apart; the stream's row on the board sums them up.
         self.board = board or Board()
         self.piece = self.board.piece("stream", sub.name)
         self.reader_piece, self.writer_piece = Piece("reader", sub.name), Piece("writer", sub.name)
+        self.writer = Writer(self.state, sub, app, self.writer_piece, self.tuning, drop_connection=self._close_socket)
         self.board.sources.append(self.refresh_status)
         self._greenlets: list[gevent.Greenlet] = []
 
+    # The counters and the applied cursor, for callers holding the stream rather than its state
+    # (the features' tests set a cursor to see where a reconnect would resume).
+    @property
+    def stats(self):
+        return self.state.stats
+
+    @property
+    def cursor(self) -> store.Cursor | None:
+        return self.state.cursor
+
+    @cursor.setter
+    def cursor(self, value: store.Cursor | None) -> None:
+        self.state.cursor = value
+
     # --- lifecycle
     def start(self) -> None:
-        from feather.db import db
-
         with db.connection_context():
-            self.cursor = store.load_cursor(self.sub.name)
-        self._greenlets = [supervise(self.reader_piece, self._read_loop, self.stopping),
-                           supervise(self.writer_piece, self._write_loop, self.stopping)]
+            self.state.cursor = store.load_cursor(self.sub.name)
+        backoff = self.tuning.backoff
+        self._greenlets = [supervise(self.reader_piece, self._read_loop, self.state.stopping, backoff),
+                           supervise(self.writer_piece, self.writer.run, self.state.stopping, backoff)]
 
     def stop(self, timeout: float = 10.0) -> None:
-        self.stopping.set()
+        self.state.stopping.set()
         self._close_socket()
         gevent.joinall(self._greenlets, timeout=timeout)
         gevent.killall([g for g in self._greenlets if not g.dead], timeout=1)
@@ -92,7 +92,7 @@ class Stream(BatchWriter):
 
     # --- reader
     def _connect_cursor(self) -> int | None:
-        start, gap = store.resume_point(self.cursor, self.first_seen, self.sub.max_lookback_us,
+        start, gap = store.resume_point(self.state.cursor, self.first_seen, self.sub.max_lookback_us,
                                         int(time.time() * 1_000_000))
         if gap is not None:
             self._report_gap(gap)
@@ -119,90 +119,92 @@ class Stream(BatchWriter):
         finally:  # a crash must not leave a socket open behind the supervisor's restart
             if self.connected.is_set():
                 self.connected.clear()
-                self.obs.disconnected(None)
+                self.state.obs.disconnected(None)
             self._close_socket()
 
+    def _retry(self, attempt: int, counter: str, level: int, what: str, then: str = "retry",
+               exc_info: bool = False) -> int:
+        """A failed step of the reader: count it, log it with the delay, wait the backoff out (or
+        until the stream stops). Returns the next attempt number."""
+        self.stats[counter] += 1
+        delay = self.tuning.backoff(attempt)
+        log.log(level, "jetstream %s: %s; %s in %.1fs", self.sub.name, what, then, delay, exc_info=exc_info)
+        self.state.stopping.wait(delay)
+        return attempt + 1
+
     def _read_forever(self) -> None:
-        attempt, host_index = 0, self.host_index
-        while not self.stopping.is_set():
+        state, attempt, host_index = self.state, 0, self.host_index
+        obs, stopping = state.obs, state.stopping
+        while not stopping.is_set():
             if self.paused.is_set():
-                self.stopping.wait(1.0)
+                stopping.wait(1.0)
                 continue
             try:
                 dids = self._membership()
             except Exception as exc:
                 # A database error or a shard over Jetstream's DID limit: a fault to retry with
                 # backoff, never a silent death of this reader (its users would stop syncing).
-                self.stats["membership_failures"] += 1
-                self.obs.error(f"could not build the subscription: {exc}")
-                delay = backoff_delay(attempt)
-                log.error("jetstream %s: could not build the subscription (%s); retry in %.1fs",
-                          self.sub.name, exc, delay, exc_info=attempt == 0)
-                attempt += 1
-                self.stopping.wait(delay)
+                obs.error(f"could not build the subscription: {exc}")
+                attempt = self._retry(attempt, "membership_failures", logging.ERROR,
+                                      f"could not build the subscription ({exc})", exc_info=attempt == 0)
                 continue
             if dids is not None and not dids:
                 # An empty wantedDids means *every* DID to Jetstream: never connect like that.
-                self.obs.idle("no account to follow")
-                self.stopping.wait(1.0)
+                obs.idle("no account to follow")
+                stopping.wait(1.0)
                 continue
             host = self.urls[host_index]
-            self.obs.trying(host)
+            obs.trying(host)
             url = hosts.with_params(host, self.sub.collections, dids, self._connect_cursor(), MAX_FRAME_BYTES)
             try:
                 # The guarded socket (feather.outbound.websocket): vetted, pinned, no redirects, capped
                 # frames. No websocket-client locks: only this greenlet reads, and the rare
                 # options_update writes, a different direction (gevent allows one of each). UTF-8 is
                 # checked by decode(), per frame: websocket-client's check costs 3x the receive time.
-                self.ws = open_websocket(url, allow_private_network=self.allow_private, timeout=RECV_TIMEOUT_SECS,
-                                         max_frame_bytes=MAX_FRAME_BYTES)
+                self.ws = open_websocket(url, allow_private_network=self.allow_private,
+                                         timeout=self.tuning.recv_timeout_secs, max_frame_bytes=MAX_FRAME_BYTES)
             except Exception as exc:
-                self.stats["connect_failures"] += 1
-                self.obs.error(f"connect to {host} failed: {exc}")
-                delay = backoff_delay(attempt)
-                log.warning("jetstream %s: connect to %s failed (%s); retry in %.1fs", self.sub.name, host, exc, delay)
-                attempt += 1
+                obs.error(f"connect to {host} failed: {exc}")
                 host_index = (host_index + 1) % len(self.urls)
-                self.stopping.wait(delay)
+                attempt = self._retry(attempt, "connect_failures", logging.WARNING, f"connect to {host} failed ({exc})")
                 continue
-            if self.high_water is not None and self.high_water[0] != host_index:
-                self.high_water = None  # another instance numbers time differently: rely on idempotency
+            if state.high_water is not None and state.high_water[0] != host_index:
+                state.high_water = None  # another instance numbers time differently: rely on idempotency
             self.host_index = host_index
             self.sent_dids = dids
             self.stats["connects"] += 1
             self.connected.set()
-            self.obs.connected(host)
+            obs.connected(host)
             received_before, connected_at = self.stats["received"], time.time()
             reason = self._receive(self.ws)
             self.connected.clear()
             self._close_socket()
-            if self.stopping.is_set():
-                self.obs.disconnected(None)
+            if stopping.is_set():
+                obs.disconnected(None)
                 break
             if self.closed_for is not None:  # closed on purpose: the loop's top says what comes next
                 log.info("jetstream %s: closed the connection: %s", self.sub.name, self.closed_for)
-                self.obs.disconnected(None)
+                obs.disconnected(None)
                 self.closed_for, attempt = None, 0
                 continue
-            self.obs.disconnected(f"disconnected from {host}: {reason}")
-            if self.stats["received"] > received_before or time.time() - connected_at >= STABLE_CONNECTION_SECS:
+            obs.disconnected(f"disconnected from {host}: {reason}")
+            if (self.stats["received"] > received_before
+                    or time.time() - connected_at >= self.tuning.stable_connection_secs):
                 # Only a connection that delivered events (or held up a while on a quiet stream)
                 # resets the backoff: a host that accepts and drops at once must not be hammered.
                 attempt = 0
-            self.stats["disconnects"] += 1
-            delay = backoff_delay(attempt)
-            log.warning("jetstream %s: disconnected (%s); reconnecting in %.1fs", self.sub.name, reason, delay)
-            attempt += 1
-            self.stopping.wait(delay)
+            attempt = self._retry(attempt, "disconnects", logging.WARNING, f"disconnected ({reason})", "reconnecting")
 
     def _receive(self, ws: websocket.WebSocket) -> str:
-        generation = self.generation
-        while not self.stopping.is_set() and not self.paused.is_set():
+        state, stats, stopping = self.state, self.state.stats, self.state.stopping
+        generation = state.generation
+        grace = self.tuning.queue_full_grace_secs
+        while not stopping.is_set() and not self.paused.is_set():
             try:
                 opcode, frame = ws.recv_data()  # bytes: decoding is the pure step's job
             except FrameTooLarge as exc:  # discarded by the socket layer unread; the socket is fine
-                self.stats["oversized"] += 1
-                log.warning("jetstream %s: %s (%d so far)", self.sub.name, exc, self.stats["oversized"])
+                stats["oversized"] += 1
+                log.warning("jetstream %s: %s (%d so far)", self.sub.name, exc, stats["oversized"])
                 continue
             except websocket.WebSocketTimeoutException:
                 return "no frame or ping within the receive timeout"
@@ -211,46 +213,46 @@ class Stream(BatchWriter):
             if opcode == websocket.ABNF.OPCODE_CLOSE:
                 return "server closed the connection"
             if opcode != websocket.ABNF.OPCODE_TEXT:
-                self.stats["ignored"] += 1  # we never ask for compression, so binary is noise
+                stats["ignored"] += 1  # we never ask for compression, so binary is noise
                 continue
             try:
                 event = decode(frame)
             except DecodeError as exc:
-                self.stats["malformed"] += 1
+                stats["malformed"] += 1
                 log.warning("jetstream %s: skipped a malformed frame (%s); %d so far",
-                            self.sub.name, exc, self.stats["malformed"])
+                            self.sub.name, exc, stats["malformed"])
                 continue
             if event is None:
-                self.stats["ignored"] += 1
+                stats["ignored"] += 1
                 continue
-            if generation != self.generation:
-                self.high_water = None
+            if generation != state.generation:
+                state.high_water = None
                 return "a batch failed; replaying from the last applied cursor"
             if self._already_queued(event):
-                self.stats["replay_skipped"] += 1
+                stats["replay_skipped"] += 1
                 continue
             try:
-                if QUEUE_FULL_GRACE_SECS > 0:
-                    self.queue.put((generation, event), timeout=QUEUE_FULL_GRACE_SECS)
+                if grace > 0:
+                    state.queue.put((generation, event), timeout=grace)
                 else:
-                    self.queue.put_nowait((generation, event))
+                    state.queue.put_nowait((generation, event))
             except Full:
-                self.stats["queue_full"] += 1
+                stats["queue_full"] += 1
                 log.warning("jetstream %s: queue full (%d events); dropping the connection to let "
-                            "Jetstream replay (%d times so far)", self.sub.name, QUEUE_SIZE,
-                            self.stats["queue_full"])
+                            "Jetstream replay (%d times so far)", self.sub.name, self.tuning.queue_size,
+                            stats["queue_full"])
                 return "queue full"
-            if generation != self.generation:  # the writer threw the queue away while we waited
-                self.high_water = None
+            if generation != state.generation:  # the writer threw the queue away while we waited
+                state.high_water = None
                 return "a batch failed; replaying from the last applied cursor"
-            self.high_water = (self.host_index, event.time_us, event.seq)
+            state.high_water = (self.host_index, event.time_us, event.seq)
             if self.first_seen is None:
                 self.first_seen = store.Cursor(event.time_us, event.seq)
-            self.stats["received"] += 1
-        return "stopping" if self.stopping.is_set() else "paused"
+            stats["received"] += 1
+        return "stopping" if stopping.is_set() else "paused"
 
     def _already_queued(self, event) -> bool:
-        hw = self.high_water
+        hw = self.state.high_water
         if hw is None:
             return False
         if event.seq is not None and hw[2] is not None:

@@ -10,9 +10,12 @@ import logging
 import gevent
 from gevent.event import Event as Flag
 
+from feather import diskguard
+from feather.db import db
 from feather.jetstream import hosts, store
 from feather.jetstream.consumer import Stream
 from feather.jetstream.subscriptions import Subscription, merge
+from feather.jetstream.tuning import Tuning
 from feather.process.status import Board
 from feather.process.supervisor import supervise
 
@@ -34,8 +37,10 @@ class _ClaimEverything:
 
 
 class Engine:
-    def __init__(self, app, subscriptions: list[Subscription], claims=None, board: Board | None = None):
+    def __init__(self, app, subscriptions: list[Subscription], claims=None, board: Board | None = None,
+                 tuning: Tuning | None = None):
         self.app = app
+        self.tuning = tuning or Tuning()  # every stream's sizes, timings and backoff
         self.board = board or Board()
         self.claims = claims or _ClaimEverything()
         settings = app.config["FEATHER"]
@@ -65,7 +70,8 @@ class Engine:
         self.check_watermark()
         self.claim_round()
         # Each watcher already catches its own per-round failures; the supervisor catches the rest.
-        self._greenlets = [supervise(self.board.piece("task", f"jetstream-{name}"), loop, self.stopping)
+        self._greenlets = [supervise(self.board.piece("task", f"jetstream-{name}"), loop, self.stopping,
+                                     self.tuning.backoff)
                            for name, loop in (("watermark", self._watch_watermark),
                                               ("membership", self._watch_membership),
                                               ("claims", self._watch_claims))]
@@ -88,8 +94,8 @@ class Engine:
                 continue
             if not self._prepare(sub):
                 continue
-            stream = Stream(sub, self.urls, app=self.app,
-                            allow_private=self.settings.featherreader_allow_private_network, board=self.board)
+            stream = Stream(sub, self.urls, app=self.app, allow_private=self.settings.featherreader_allow_private_network,
+                            board=self.board, tuning=self.tuning)
             if self.watermark_paused:
                 stream.paused.set()
             self.streams[sub.name] = stream
@@ -137,7 +143,7 @@ class Engine:
                 if stream.sub.dids is None:
                     continue
                 try:
-                    with self.app.app_context(), _connection():
+                    with self.app.app_context(), db.connection_context():
                         stream.update_membership()
                 except Exception:
                     log.exception("jetstream %s: membership refresh failed", stream.sub.name)
@@ -152,9 +158,7 @@ class Engine:
     def check_watermark(self) -> bool:
         """Pause every stream under disk pressure (feather/diskguard.py: the byte watermark, or by
         default the disk's free space); resume when it is gone. True if paused."""
-        from feather import diskguard
-
-        with self.app.app_context(), _connection():
+        with self.app.app_context(), db.connection_context():
             found = diskguard.pressure(self.settings)
             if found is not None and not self.watermark_paused:
                 log.warning("jetstream: %s; consumers stop writing and disconnect until it is relieved", found.reason)
@@ -177,9 +181,3 @@ class Engine:
                 store.set_paused(sub.name, reason)
             except Exception:  # a full disk may refuse even this; the pause holds regardless
                 log.warning("jetstream %s: could not record the pause state", sub.name)
-
-
-def _connection():
-    from feather.db import db
-
-    return db.connection_context()

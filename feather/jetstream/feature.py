@@ -23,11 +23,18 @@ import click
 from flask import Blueprint, current_app, jsonify, request
 from flask.cli import with_appcontext
 
+from feather import auth, features
+from feather.atproto.pds import PdsError
+from feather.atproto.syntax import next_tid, parse_at_uri
+from feather.auth import current_account, is_admin
+from feather.auth.grants import NeedsReauth
+from feather.db import db
 from feather.errors import ApiError
 from feather.jetstream import store
 from feather.jetstream.events import DecodeError, Event, decode
-from feather.jetstream.subscriptions import merge
+from feather.jetstream.subscriptions import collection_matches, merge
 from feather.parsing import loads_limited
+from feather.security import csrf
 
 bp = Blueprint("jetstream_dev", __name__)
 
@@ -35,8 +42,6 @@ bp = Blueprint("jetstream_dev", __name__)
 def frame_from_fields(did: str, collection: str | None, op: str, rkey: str | None = None,
                       record: dict | None = None, subject: str | None = None, cid: str | None = None) -> dict:
     """The Jetstream frame a short description stands for (used by the route and the CLI)."""
-    from feather.atproto.syntax import next_tid
-
     if op in ("identity", "account"):
         body = {"did": did, "seq": 0, "time": _now_iso()}
         if op == "account":
@@ -72,11 +77,6 @@ def write_and_inject(app, did: str, op: str, collection: str, rkey: str | None, 
                      subject: str | None = None) -> tuple[dict, list[str]]:
     """Write the record to did's PDS with its stored session, then dispatch the event built from the
     PDS's answer exactly as `inject` does; (the frame, the subscriptions it reached)."""
-    from feather import auth
-    from feather.atproto.pds import PdsError
-    from feather.auth.grants import NeedsReauth
-    from feather.db import db
-
     record = _record_for(collection, op, record, subject)
     no_session = (f"{did} has no usable session on this server. Sign in here as that account (an app "
                   "password is enough), then try again.")
@@ -103,8 +103,6 @@ def write_and_inject(app, did: str, op: str, collection: str, rkey: str | None, 
 
 def _frame_from_answer(did: str, op: str, collection: str, rkey: str | None, record: dict, answer: dict) -> dict:
     """The commit frame for what the PDS says it stored: its uri's rkey, its cid and its commit's rev."""
-    from feather.atproto.syntax import next_tid, parse_at_uri
-
     commit_info = answer.get("commit") if isinstance(answer.get("commit"), dict) else {}
     rev = commit_info.get("rev") if isinstance(commit_info.get("rev"), str) else next_tid()
     commit = {"rev": rev, "operation": op, "collection": collection, "rkey": rkey}
@@ -124,9 +122,6 @@ def _frame_from_answer(did: str, op: str, collection: str, rkey: str | None, rec
 
 def inject(settings, frame: dict) -> list[str]:
     """Decode and dispatch one frame to every subscription that would have received it."""
-    from feather import features
-    from feather.db import db
-
     event = decode(json.dumps(frame))
     if event is None:
         raise DecodeError(f"unknown event kind {frame.get('kind')!r}")
@@ -141,8 +136,6 @@ def inject(settings, frame: dict) -> list[str]:
 
 
 def _subscribed(sub, event: Event) -> bool:
-    from feather.jetstream.subscriptions import collection_matches
-
     if sub.dids is not None and event.did not in set(sub.dids()):
         return False
     return event.kind != "commit" or collection_matches(event.collection, sub.collections)
@@ -164,9 +157,6 @@ def allowed_here(settings) -> bool:
 
 def _require_operator():
     """The signed-in operator's account; 401 signed out, 403 for anyone else (the XRPC error shape)."""
-    from feather.auth import current_account, is_admin
-    from feather.security import csrf
-
     account = current_account()
     if account is None:
         raise ApiError(401, "AuthenticationRequired",
@@ -281,8 +271,6 @@ def dev_event_command(did, collection, op, rkey, subject, record, write):
 
 
 def init_app(app) -> None:
-    from feather.security import csrf
-
     csrf.exempt(bp)  # checked by hand after the operator check, so a signed-out script is told 401 first
     app.register_blueprint(bp)
     app.cli.add_command(dev_event_command)

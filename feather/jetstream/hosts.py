@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from feather.outbound import BlockedDestination, FetchFailed
+from feather.outbound.policy import assert_public_target
+
 
 class HostRefused(ValueError):
     """A configured Jetstream host points at a private address while that is not allowed."""
@@ -42,9 +45,6 @@ def vet(url: str, allow_private: bool) -> None:
     The same rules as every outbound fetch (feather.outbound); a name that does not resolve right
     now is left to the consumer's backoff, which vets again on every connect.
     """
-    from feather.outbound import BlockedDestination, FetchFailed
-    from feather.outbound.policy import assert_public_target
-
     try:
         assert_public_target(url, allow_private_network=allow_private)
     except FetchFailed:

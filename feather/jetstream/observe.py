@@ -119,29 +119,20 @@ class StreamObserver:
 
 
 # --- folding a Stream's parts into its published row (kept here so consumer.py stays the socket loop)
-def backlog(stream) -> bool:
-    """Events received and not yet applied."""
-    hw, cursor = stream.high_water, stream.cursor
-    if not stream.queue.empty():
-        return True
-    if hw is None or cursor is None:
-        return False
-    return (hw[2] or 0) > (cursor.seq or 0) if hw[2] is not None else hw[1] > cursor.time_us
-
-
 def refresh(stream) -> None:
     """Fold reader, writer and socket facts into the stream's row (feather.process.status publishes it)."""
+    state = stream.state
     p, parts = stream.piece, (stream.reader_piece, stream.writer_piece)
     p.restarts = sum(x.restarts for x in parts)
     p.streak = max(x.streak for x in parts)
-    p.state = ("stopped" if stream.stopping.is_set() else
+    p.state = ("stopped" if state.stopping.is_set() else
                "retrying" if any(x.state == "retrying" for x in parts) else "running")
     p.retrying_since = min((x.retrying_since for x in parts if x.retrying_since), default=None)
     errors = [(x.last_error_at, x.last_error) for x in parts if x.last_error]
-    if stream.obs.last_error:
-        errors.append((stream.obs.last_error_at, stream.obs.last_error))
+    if state.obs.last_error:
+        errors.append((state.obs.last_error_at, state.obs.last_error))
     if errors:
         p.last_error_at, p.last_error = max(errors)
-    cursor = stream.cursor.time_us if stream.cursor else None
-    p.extra = {**stream.obs.snapshot(cursor, backlog(stream), stream.paused.is_set()),
-               "stats": dict(stream.stats)}
+    cursor = state.cursor.time_us if state.cursor else None
+    p.extra = {**state.obs.snapshot(cursor, state.backlog(), stream.paused.is_set()),
+               "stats": dict(state.stats)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from feather.atproto.syntax import is_valid_nsid
 from feather.jetstream.events import Event
 
 MAX_COLLECTIONS = 100  # Jetstream's limit on wantedCollections
@@ -56,8 +57,6 @@ def collection_matches(collection: str, wanted: frozenset[str] | set[str] | Sequ
 
 
 def validate(sub: Subscription) -> None:
-    from feather.atproto.syntax import is_valid_nsid
-
     if not sub.name or len(sub.name) > 64:
         raise SubscriptionError(f"subscription name {sub.name!r} must be 1-64 characters")
     if len(sub.collections) > MAX_COLLECTIONS:

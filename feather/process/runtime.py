@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import signal
 
+import gevent
+from gevent.event import Event
+
 from feather import db as dbmod, features
 from feather.migrate import upgrade
 from feather.process.workers import Workers
@@ -39,9 +42,6 @@ def start_web_process(app) -> Workers:
 
 def run_worker_process(app) -> None:
     """`flask worker`: the workers without a web server, until SIGTERM or SIGINT."""
-    import gevent
-    from gevent.event import Event
-
     migrate(app)
     stop = Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -14,6 +14,7 @@ import socket
 import time
 from typing import Callable
 
+from feather.db import current_dialect, db
 from feather.process.supervisor import Piece
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ class Board:
 
     def publish(self) -> None:
         """Upsert every piece's state (caller provides the connection)."""
-        from feather.db import current_dialect, db
-
         for refresh in list(self.sources):
             refresh()
         q = current_dialect().q
@@ -66,15 +65,11 @@ class Board:
 
     def withdraw(self) -> None:
         """On a clean stop: this process runs nothing any more."""
-        from feather.db import current_dialect, db
-
         db.execute_sql(current_dialect().q("DELETE FROM worker_status WHERE owner = ?"), (self.owner,))
 
 
 def read(now: float | None = None) -> dict[str, dict[str, list[dict]]]:
     """{kind: {name: [body, …]}} of rows with a live heartbeat, freshest first (caller's connection)."""
-    from feather.db import current_dialect, db
-
     now = time.time() if now is None else now
     rows = db.execute_sql(
         current_dialect().q("SELECT kind, name, owner, heartbeat_at, body FROM worker_status"

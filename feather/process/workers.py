@@ -17,8 +17,18 @@ import os
 from pathlib import Path
 
 import gevent.lock
+import psycopg2
+from filelock import FileLock, Timeout
+from gevent.event import Event
 
+from feather import features
+from feather.db import db
+from feather.jetstream.engine import Engine
+from feather.jetstream.tuning import Tuning
 from feather.locks import lock_key
+from feather.process.scheduler import build_scheduler
+from feather.process.status import PUBLISH_SECS, Board
+from feather.process.supervisor import supervise
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +37,11 @@ class FileClaims:
     """Whoever holds the file lock owns every claim; nobody else owns any."""
 
     def __init__(self, path: Path):
-        from filelock import FileLock
-
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = FileLock(str(path), thread_local=False)
 
     def acquire(self) -> bool:
-        from filelock import Timeout
-
         try:
             self._lock.acquire(timeout=0)
             return True
@@ -70,8 +76,6 @@ class PgClaims:
 
     def _cursor(self):
         if self._conn is None or self._conn.closed:
-            import psycopg2
-
             self.owned.clear()  # a new session holds nothing
             # The OS pid in the name lets an operator (and the scale-out test) see in pg_locks /
             # pg_stat_activity which process owns which subscription and job.
@@ -135,8 +139,9 @@ def claims_for(settings):
 class Workers:
     """Owns the claims, the consumers and the scheduler of one process."""
 
-    def __init__(self, app):
+    def __init__(self, app, tuning: Tuning | None = None):
         self.app = app
+        self.tuning = tuning or Tuning()  # the streams' (feather/jetstream/tuning.py)
         self.settings = app.config["FEATHER"]
         self.claims = None
         self.scheduler = None
@@ -156,17 +161,10 @@ class Workers:
                      "this process serves web only (standing by)", claims.describe())
             return False
         self.claims = claims
-        from gevent.event import Event
-
-        from feather import features
-        from feather.jetstream.engine import Engine
-        from feather.process.scheduler import build_scheduler
-        from feather.process.status import Board
-        from feather.process.supervisor import supervise
-
         self.board = Board()
         self._stopping = Event()
-        self.engine = Engine(self.app, features.subscriptions(self.settings), claims=claims, board=self.board)
+        self.engine = Engine(self.app, features.subscriptions(self.settings), claims=claims, board=self.board,
+                             tuning=self.tuning)
         self.engine.start()
         self.scheduler = build_scheduler(self.app, features.jobs(self.settings), claim=claims.try_claim,
                                          board=self.board)
@@ -179,14 +177,10 @@ class Workers:
 
     def publish(self) -> None:
         """Write this process's supervised pieces to worker_status (for /health and /admin)."""
-        from feather.db import db
-
         with self.app.app_context(), db.connection_context():
             self.board.publish()
 
     def _publish_loop(self) -> None:
-        from feather.process.status import PUBLISH_SECS
-
         while True:
             self.publish()
             if self._stopping.wait(PUBLISH_SECS):
@@ -204,8 +198,6 @@ class Workers:
         if self._publisher is not None:
             self._publisher.join(timeout=5)
             try:
-                from feather.db import db
-
                 with self.app.app_context(), db.connection_context():
                     self.board.withdraw()  # this process runs nothing any more
             except Exception as exc:  # shutting down: the rows go stale on their own
