@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from feather import sql
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.jetstream.events import CommitEvent
@@ -138,8 +139,8 @@ def signed_in(app, did):
     """A real signed-in browser: a session row and its cookie, as sign-in leaves them."""
     sid = f"session-of-{did}"
     with db.connection_context():
-        db.execute_sql(store._q("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)"),
-                       (hashlib.sha256(sid.encode()).hexdigest(), did, int(time.time()), int(time.time()) + 3600))
+        sql.execute("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)",
+                    (hashlib.sha256(sid.encode()).hexdigest(), did, int(time.time()), int(time.time()) + 3600))
     client = app.test_client()
     with client.session_transaction() as sess:
         sess["sid"] = sid
@@ -149,7 +150,7 @@ def signed_in(app, did):
 def opted_out_at(did, us):
     with db.connection_context(), db.atomic():
         store.opt_out(did)
-        db.execute_sql(store._q("UPDATE net_optout SET created_at = ? WHERE did = ?"), (us, did))
+        sql.execute("UPDATE net_optout SET created_at = ? WHERE did = ?", (us, did))
 
 
 CLEAR_FORM = re.compile(r'<form method="post" action="/network/attribution">\s*<input type="hidden" name="csrf_token" '
@@ -235,10 +236,10 @@ def test_clearing_brings_nothing_back_by_itself_and_the_live_stream_counts_what_
         assert store.is_attributed("did:plc:s0") is False  # being named needs a new yes
         counts = db.execute_sql("SELECT feed_url, subscriber_count FROM net_feed_rollup ORDER BY feed_url").fetchall()
     assert counts == [("https://feed.example/a", 4)]
-    apply(consent_app, [subscribe("did:plc:s0", "r-after", "https://feed.example/a", store.now_us())])
+    apply(consent_app, [subscribe("did:plc:s0", "r-after", "https://feed.example/a", sql.now_us())])
     with db.connection_context():
-        assert db.execute_sql(store._q("SELECT rkey FROM net_subscription WHERE did = ?"),
-                              ("did:plc:s0",)).fetchall() == [("r-after",)]
+        assert sql.execute("SELECT rkey FROM net_subscription WHERE did = ?",
+                           ("did:plc:s0",)).fetchall() == [("r-after",)]
         assert db.execute_sql("SELECT subscriber_count FROM net_feed_rollup").fetchall() == [(5,)]
 
 

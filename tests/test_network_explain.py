@@ -2,6 +2,7 @@
 network: the attribution statement is planned with EXPLAIN as the feeds guardrail plans its own."""
 from __future__ import annotations
 
+from feather import sql
 from feather.db import current_dialect, db
 from feather.network import queries
 from tests.test_feeds_explain import plan, unbounded_scans
@@ -29,7 +30,7 @@ def test_names_are_given_only_for_the_feeds_asked_about_and_at_the_floor(make_ap
             store.set_attribution("did:plc:s0", None, True)
         asked = ["https://big.example/feed", "https://small.example/feed"]
         got = queries.attributions(asked, 5, 0)
-        stale = queries.attributions(asked, 5, store.now_us() + 1)  # carol's handle check is too old
+        stale = queries.attributions(asked, 5, sql.now_us() + 1)  # carol's handle check is too old
         assert queries.attributions([], 5, 0) == {}
     # other.example is not asked about; small.example is below the floor of 5.
     assert got == {"https://big.example/feed": ["carol.example", "did:plc:s0"]}

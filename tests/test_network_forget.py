@@ -2,6 +2,7 @@
 net_optout, and neither a replay of the DID's old events nor a rebuild brings one back."""
 import pytest
 
+from feather import sql
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.jetstream.events import CommitEvent
@@ -17,7 +18,7 @@ DID_TABLES = ("net_subscription", "net_tombstone", "net_backfill_queue", "net_at
 
 def counts(did: str) -> dict[str, int]:
     with db.connection_context():
-        return {t: db.execute_sql(store._q(f"SELECT count(*) FROM {t} WHERE did = ?"), (did,)).fetchone()[0]
+        return {t: sql.execute(f"SELECT count(*) FROM {t} WHERE did = ?", (did,)).fetchone()[0]
                 for t in DID_TABLES}
 
 
@@ -45,8 +46,8 @@ def everywhere(app, t):
     apply(app, history(t))
     with db.connection_context(), db.atomic():
         store.set_attribution(DID, "carol.example", True)
-        db.execute_sql(store._q("INSERT INTO net_backfill_queue (did, state, updated_at) VALUES (?, ?, ?)"),
-                       (DID, "pending", t))
+        sql.execute("INSERT INTO net_backfill_queue (did, state, updated_at) VALUES (?, ?, ?)",
+                    (DID, "pending", t))
     assert counts(DID) == {"net_subscription": 1, "net_tombstone": 1, "net_backfill_queue": 1,
                            "net_attribution": 1, "net_optout": 0}
 
@@ -58,7 +59,7 @@ def rollup():
 
 def test_an_opt_out_removes_every_row_naming_the_did_and_neither_a_replay_nor_a_rebuild_brings_one_back(setup, fake):
     app, kit = setup()
-    t = store.now_us() - 10_000_000
+    t = sql.now_us() - 10_000_000
     everywhere(app, t)
     with db.connection_context(), db.atomic():
         store.opt_out(DID)
@@ -78,7 +79,7 @@ def test_an_opt_out_removes_every_row_naming_the_did_and_neither_a_replay_nor_a_
 
 def test_delete_my_data_removes_every_catalogue_row_naming_the_did(setup):
     app, _ = setup()
-    everywhere(app, store.now_us() - 10_000_000)
+    everywhere(app, sql.now_us() - 10_000_000)
     with app.app_context(), db.connection_context(), db.atomic():
         personal.delete(DID)
     assert counts(DID) == {"net_subscription": 0, "net_tombstone": 0, "net_backfill_queue": 0,
@@ -89,7 +90,7 @@ def test_delete_my_data_removes_every_catalogue_row_naming_the_did(setup):
 @pytest.mark.parametrize("stale", ["replay", "rebuild"])
 def test_after_a_cleared_opt_out_a_write_older_than_the_opt_out_cannot_bring_back_a_deleted_record(setup, fake, stale):
     app, kit = setup()
-    t = store.now_us() - 10_000_000
+    t = sql.now_us() - 10_000_000
     with db.connection_context():
         store.set_state("backfill.status", "done")  # no rebuild of its own in the first tick
     everywhere(app, t)
@@ -107,7 +108,7 @@ def test_after_a_cleared_opt_out_a_write_older_than_the_opt_out_cannot_bring_bac
         tick(app, kit)
         assert len(fake.record_calls(DID)) == 1
     with db.connection_context():
-        assert db.execute_sql(store._q("SELECT count(*) FROM net_subscription WHERE did = ?"),
-                              (DID,)).fetchone()[0] == 0
-    apply(app, [create(DID, "new", "https://new.example/feed", store.now_us())])  # what comes next counts
+        assert sql.execute("SELECT count(*) FROM net_subscription WHERE did = ?",
+                           (DID,)).fetchone()[0] == 0
+    apply(app, [create(DID, "new", "https://new.example/feed", sql.now_us())])  # what comes next counts
     assert rollup() == [("https://new.example/feed", 1)]

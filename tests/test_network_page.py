@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from feather import sql
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.jetstream.events import CommitEvent
@@ -260,9 +261,9 @@ def sign_in(app, client, did="did:plc:viewer"):
 
     sid = "test-session-id"
     with db.connection_context():
-        db.execute_sql(store._q("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)"
-                                " ON CONFLICT (id_hash) DO NOTHING"),
-                       (hashlib.sha256(sid.encode()).hexdigest(), did, int(time.time()), int(time.time()) + 3600))
+        sql.execute("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)"
+                    " ON CONFLICT (id_hash) DO NOTHING",
+                    (hashlib.sha256(sid.encode()).hexdigest(), did, int(time.time()), int(time.time()) + 3600))
     with client.session_transaction() as sess:
         sess.permanent = True
         sess["sid"] = sid
@@ -321,11 +322,11 @@ def test_a_name_is_shown_only_while_its_handle_is_freshly_verified(page_app, mon
             self.asked.append(did)
             return type("Identity", (), {"handle": self.handle})()
 
-    now = store.now_us()
+    now = sql.now_us()
     with db.connection_context():
         resolver = Resolver("carol.new.example")
         assert names.refresh(resolver, now) == 1 and resolver.asked == ["did:plc:s3"]
         assert names.refresh(Resolver("x"), now + 1) == 0  # checked: not again for a day
     assert "including carol.new.example" in page_app.test_client().get("/network").get_data(as_text=True)
-    monkeypatch.setattr(store, "now_us", lambda: now + names.FRESH_US + 1)  # checks failed for two days
+    monkeypatch.setattr(sql, "now_us", lambda: now + names.FRESH_US + 1)  # checks failed for two days
     assert "including did:plc:s3" in page_app.test_client().get("/network").get_data(as_text=True)

@@ -3,6 +3,7 @@ import random
 
 import pytest
 
+from feather import sql
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.jetstream.events import AccountEvent, CommitEvent
@@ -23,7 +24,7 @@ def ev(did, rkey, op="create", url="https://example.com/feed", t=None, **fields)
 @pytest.fixture
 def net(make_app, monkeypatch):
     clock = iter(range(1, 10**9))
-    monkeypatch.setattr(store, "now_us", lambda: T + next(clock))  # indexed_at strictly increases
+    monkeypatch.setattr(sql, "now_us", lambda: T + next(clock))  # indexed_at strictly increases
 
     class Net:
         def __init__(self, **settings):

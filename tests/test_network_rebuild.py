@@ -5,6 +5,7 @@ import time
 import gevent
 import pytest
 
+from feather import sql
 from feather.atproto.identity import IdentityResolver
 from feather.db import db
 from feather.jetstream import store as jstore
@@ -119,7 +120,7 @@ def test_an_unreachable_relay_leaves_live_indexing_on_and_the_rebuild_retries(se
     assert "live indexing continues" in caplog.text
     (sub,) = subscriptions(app.config["FEATHER"])
     with db.connection_context():
-        jstore.apply_batch(sub, [CommitEvent("did:plc:live", store.now_us(), "create", NSID, "x",
+        jstore.apply_batch(sub, [CommitEvent("did:plc:live", sql.now_us(), "create", NSID, "x",
                                              {"url": "https://live.example/feed", "createdAt": "2026-01-01T00:00:00Z"},
                                              "bafy")], None)
     assert rows() == [("did:plc:live", "x", "https://live.example/feed")]
@@ -136,7 +137,7 @@ def test_a_delete_seen_live_during_the_rebuild_is_not_resurrected(setup, fake):
     with app.app_context(), db.connection_context():
         rebuild.start("test")  # T0 recorded; the PDS is listed "before" the live events below
     (sub,) = subscriptions(app.config["FEATHER"])
-    later = store.now_us() + 1_000_000
+    later = sql.now_us() + 1_000_000
     with db.connection_context():
         jstore.apply_batch(sub, [
             CommitEvent("did:plc:alice", later, "delete", NSID, "gone", None, None),
@@ -156,7 +157,7 @@ def test_net_rebuild_empties_the_catalogue_before_the_stream_starts_and_resets_l
         jstore.save_cursor("network", jstore.Cursor(2000))
     settings = app.config["FEATHER"]
     settings.featherreader_net_rebuild = True
-    before = store.now_us()
+    before = sql.now_us()
     with caplog.at_level(logging.WARNING):
         before_stream_starts(settings)  # boot: the moment before the engine loads the cursor and connects
     assert "EMPTYING the network catalogue" in caplog.text
@@ -178,7 +179,7 @@ STALE_US = 82800 * 1_000_000
 def test_a_boot_after_longer_than_the_stale_setting_falls_back_to_a_rebuild(setup, fake):
     app, kit = setup()
     accounts(fake, 1)
-    old = store.now_us() - STALE_US - 3_600_000_000
+    old = sql.now_us() - STALE_US - 3_600_000_000
     with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "done")
         store.set_state("backfill.cursor_us", str(old - 1))
@@ -194,16 +195,16 @@ def test_a_stream_that_stops_applying_while_the_process_runs_is_a_gap_at_the_set
     position stops. The process being up (it used to write a clock heartbeat) proves nothing."""
     app, kit = setup(FEATHERREADER_NET_STALE_CURSOR_SECS=3600)
     accounts(fake, 1)
-    applied = store.now_us()
+    applied = sql.now_us()
     with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "done")
         store.set_state("backfill.cursor_us", str(applied - 10 * 3_600_000_000))
         jstore.save_cursor("network", jstore.Cursor(applied))
     for minutes in range(0, 60, 10):  # the process keeps ticking; the stream applies nothing
-        monkeypatch.setattr(store, "now_us", lambda m=minutes: applied + m * 60_000_000)
+        monkeypatch.setattr(sql, "now_us", lambda m=minutes: applied + m * 60_000_000)
         maintenance(app)
     assert state("live.gap") is None  # 50 minutes behind: a replay still covers it
-    monkeypatch.setattr(store, "now_us", lambda: applied + 61 * 60_000_000)
+    monkeypatch.setattr(sql, "now_us", lambda: applied + 61 * 60_000_000)
     maintenance(app)
     assert int(state("live.gap")) == applied
     monkeypatch.undo()
@@ -220,10 +221,10 @@ def test_the_stream_reports_a_gap_when_it_reconnects_past_the_setting(setup):
     (sub,) = subscriptions(app.config["FEATHER"])
     before_stream_starts(app.config["FEATHER"])  # seeds the stream's cursor, as at boot
     assert sub.max_lookback_us == 3600 * 1_000_000
-    old = store.now_us() - 2 * 3_600_000_000
+    old = sql.now_us() - 2 * 3_600_000_000
     with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "done")
-        db.execute_sql(store._q("UPDATE jetstream_cursor SET time_us = ? WHERE name = 'network'"), (old,))
+        sql.execute("UPDATE jetstream_cursor SET time_us = ? WHERE name = 'network'", (old,))
     stream = Stream(sub, ["ws://127.0.0.1:9/subscribe"], app=app, allow_private=True)
     stream.cursor = jstore.Cursor(old)  # e.g. after a day-long outage or watermark pause
     assert stream._connect_cursor() > old  # the engine's lookback check, at reconnect
@@ -298,14 +299,14 @@ def test_enumeration_waits_as_long_as_a_rate_limiting_relay_says(setup, fake, mo
     app, kit = setup()
     accounts(fake, 1)
     fake.page_replies[1] = (429, {"Retry-After": "3600"}, {"error": "RateLimitExceeded"})
-    now = store.now_us()
-    monkeypatch.setattr(store, "now_us", lambda: now)
+    now = sql.now_us()
+    monkeypatch.setattr(sql, "now_us", lambda: now)
     tick(app, kit)
     assert state("backfill.status") == "retry" and int(state("backfill.retry_at_us")) == now + 3_600_000_000
-    monkeypatch.setattr(store, "now_us", lambda: now + 3_599_000_000)
+    monkeypatch.setattr(sql, "now_us", lambda: now + 3_599_000_000)
     tick(app, kit)  # the next runs (every 600 s) inside the hour ask nothing
     assert len(fake.relay_calls()) == 1
-    monkeypatch.setattr(store, "now_us", lambda: now + 3_600_000_001)
+    monkeypatch.setattr(sql, "now_us", lambda: now + 3_600_000_001)
     tick(app, kit)
     assert len(fake.relay_calls()) == 2 and len(rows()) == 1 and state("backfill.status") == "done"
 
@@ -370,7 +371,7 @@ def test_an_opt_out_while_the_rebuild_reads_the_account_keeps_it_out(setup, fake
 
 def test_a_stream_exactly_the_setting_behind_is_not_yet_a_gap(setup):
     app, _ = setup(FEATHERREADER_NET_STALE_CURSOR_SECS=3600)
-    applied, stale_us = store.now_us(), 3600 * 1_000_000
+    applied, stale_us = sql.now_us(), 3600 * 1_000_000
     with db.connection_context(), db.atomic():
         jstore.save_cursor("network", jstore.Cursor(applied))
         assert rebuild.note_gap(applied + stale_us, stale_us) is False
@@ -382,13 +383,13 @@ def test_a_stream_exactly_the_setting_behind_is_not_yet_a_gap(setup):
 def test_tombstones_newer_than_an_unfinished_rebuilds_start_outlive_the_week(setup):
     app, _ = setup()
     day = 86_400_000_000
-    t0 = store.now_us() - 10 * day  # a rebuild still waiting on a relay's Retry-After, ten days on
+    t0 = sql.now_us() - 10 * day  # a rebuild still waiting on a relay's Retry-After, ten days on
     with db.connection_context(), db.atomic():
         store.set_state("backfill.status", "retry")
         store.set_state("backfill.cursor_us", str(t0))
         for rkey, at in (("before-t0", t0 - day), ("after-t0", t0 + day)):  # both older than the week
-            db.execute_sql(store._q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?)"),
-                           ("did:plc:a", rkey, at))
+            sql.execute("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?)",
+                        ("did:plc:a", rkey, at))
     maintenance(app)
     with db.connection_context():  # the rebuild may still list the deleted record: its tombstone must stay
         assert db.execute_sql("SELECT rkey FROM net_tombstone").fetchall() == [("after-t0",)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
+
 log = logging.getLogger(__name__)
 
 SUBSCRIPTION = "network"
@@ -68,7 +70,7 @@ def _on_gap(stale_us: int):
 
         try:
             with db.connection_context(), db.atomic():
-                rebuild.note_gap(_now_us(), stale_us)  # a recent rebuild may already cover it
+                rebuild.note_gap(sql.now_us(), stale_us)  # a recent rebuild may already cover it
         except Exception:
             log.exception("network: could not record the stream's gap")
     return report
@@ -102,11 +104,11 @@ def before_stream_starts(settings) -> None:
                 store.truncate_projection()
                 store.clear_state("live.gap")
                 jstore.forget_cursor(SUBSCRIPTION)
-                store.set_state("rollup.updated_at", str(_now_us()))
+                store.set_state("rollup.updated_at", str(sql.now_us()))
             if jstore.load_cursor(SUBSCRIPTION) is None:
-                jstore.save_cursor(SUBSCRIPTION, jstore.Cursor(_now_us()))
+                jstore.save_cursor(SUBSCRIPTION, jstore.Cursor(sql.now_us()))
             else:
-                rebuild.note_gap(_now_us(), settings.featherreader_net_stale_cursor_secs * 1_000_000)
+                rebuild.note_gap(sql.now_us(), settings.featherreader_net_stale_cursor_secs * 1_000_000)
             if settings.featherreader_net_rebuild:
                 rebuild.start("FEATHERREADER_NET_REBUILD=1")  # T0 after the seeded cursor: no gap between
     except Exception as exc:  # no tables yet, database down: the stream then starts live, as before
@@ -115,11 +117,6 @@ def before_stream_starts(settings) -> None:
         if opened and not db.is_closed():
             db.close()
 
-
-def _now_us() -> int:
-    import time
-
-    return int(time.time() * 1_000_000)
 
 
 def jobs(settings) -> list:

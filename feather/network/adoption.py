@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.network.relay import COLLECTION, AdoptionObservation, RelayClient, RelayError, RelayRateLimited
 
 log = logging.getLogger(__name__)
@@ -59,17 +60,16 @@ def probe(http, hosts: list[str], *, sleep: Callable[[float], None] | None = Non
 
 
 def save(obs: AdoptionObservation) -> None:
-    d = current_dialect()
-    db.execute_sql(d.q(
+    sql.execute(
         "INSERT INTO network_stat (key, source, value, truncated, observed_at) VALUES (?, ?, ?, ?, ?)"
         " ON CONFLICT (key, source) DO UPDATE SET value = excluded.value, truncated = excluded.truncated,"
-        " observed_at = excluded.observed_at"), (KEY, obs.source, obs.repos, int(obs.truncated), obs.observed_at))
+        " observed_at = excluded.observed_at", (KEY, obs.source, obs.repos, int(obs.truncated), obs.observed_at))
 
 
 def current(hosts: list[str] | None = None) -> Adoption | None:
     """The largest count over the relays (only those still configured, when given)."""
-    rows = db.execute_sql(current_dialect().q(
-        "SELECT source, value, truncated, observed_at FROM network_stat WHERE key = ?"), (KEY,)).fetchall()
+    rows = sql.execute(
+        "SELECT source, value, truncated, observed_at FROM network_stat WHERE key = ?", (KEY,)).fetchall()
     if hosts is not None:
         rows = [r for r in rows if r[0] in hosts]
     if not rows:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from feather import sql
+
 import click
 from flask import current_app
 from flask.cli import AppGroup
@@ -18,10 +20,10 @@ def status():
 
     settings = current_app.config["FEATHER"]
     with db.connection_context():
-        stats = db.execute_sql("SELECT source, value, truncated, observed_at FROM network_stat"
-                               " ORDER BY source").fetchall()
-        rows = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
-        feeds = db.execute_sql("SELECT count(*) FROM net_feed_rollup").fetchone()[0]
+        stats = sql.execute("SELECT source, value, truncated, observed_at FROM network_stat"
+                            " ORDER BY source").fetchall()
+        rows = sql.execute("SELECT count(*) FROM net_subscription").fetchone()[0]
+        feeds = sql.execute("SELECT count(*) FROM net_feed_rollup").fetchone()[0]
         out = {
             "indexing": settings.featherreader_network_index,
             "adoption": [{"source": s, "repos": v, "truncated": bool(t), "observed_at": o} for s, v, t, o in stats],

@@ -5,20 +5,19 @@ that); /admin asks for these numbers through the `operator_status` hook in feath
 """
 from __future__ import annotations
 
-from feather.db import current_dialect, db
+from feather import sql
 
 
 def status(settings) -> dict:
     from feather.network import rebuild
 
-    q = current_dialect().q
-    adoption = db.execute_sql("SELECT max(value), max(observed_at) FROM network_stat").fetchone()
+    adoption = sql.execute("SELECT max(value), max(observed_at) FROM network_stat").fetchone()
     return {
         "indexing": settings.featherreader_network_index,
-        "rows": db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0],
+        "rows": sql.execute("SELECT count(*) FROM net_subscription").fetchone()[0],
         # At or over the floor: the feeds /network may show. The count says nothing about one feed.
-        "feeds_over_floor": db.execute_sql(q("SELECT count(*) FROM net_feed_rollup WHERE subscriber_count >= ?"),
-                                           (settings.featherreader_net_k,)).fetchone()[0],
+        "feeds_over_floor": sql.execute("SELECT count(*) FROM net_feed_rollup WHERE subscriber_count >= ?",
+                                        (settings.featherreader_net_k,)).fetchone()[0],
         "k": settings.featherreader_net_k,
         "rebuild": rebuild.status(),
         "adoption": adoption[0],

@@ -7,15 +7,15 @@ next event put the rows back), and it holds nothing but the DID.
 """
 from __future__ import annotations
 
-from feather.db import db
+from feather import sql
 from feather.network import store
 from feather.network.absent import absent_reads_as
 
 
 @absent_reads_as(list)
 def _rows(did: str) -> list[tuple]:
-    return db.execute_sql(store._q("SELECT rkey, feed_url, created_at FROM net_subscription WHERE did = ?"
-                                   " ORDER BY rkey"), (did,)).fetchall()
+    return sql.execute("SELECT rkey, feed_url, created_at FROM net_subscription WHERE did = ?"
+                       " ORDER BY rkey", (did,)).fetchall()
 
 
 def describe(did: str) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feather.db import current_dialect, db
+from feather import sql
 from feather.network.absent import absent_reads_as
 
 ROWS = 25
@@ -20,23 +20,20 @@ class FeedCount:
     first_seen: int
 
 
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
 
 @absent_reads_as(list)
 def most_subscribed(k: int, limit: int = ROWS) -> list[FeedCount]:
-    rows = db.execute_sql(_q(
+    rows = sql.execute(
         "SELECT feed_url, subscriber_count, first_seen FROM net_feed_rollup WHERE subscriber_count >= ?"
-        " ORDER BY subscriber_count DESC, feed_url ASC LIMIT ?"), (k, limit)).fetchall()
+        " ORDER BY subscriber_count DESC, feed_url ASC LIMIT ?", (k, limit)).fetchall()
     return [FeedCount(*r) for r in rows]
 
 
 @absent_reads_as(list)
 def recently_added(k: int, limit: int = ROWS) -> list[FeedCount]:
     """Newest feeds in the catalogue (above the floor); ties broken by URL, so the order is total."""
-    sql, params = recently_added_sql(k, limit)
-    return [FeedCount(*r) for r in db.execute_sql(_q(sql), params).fetchall()]
+    statement, params = recently_added_sql(k, limit)
+    return [FeedCount(*r) for r in sql.execute(statement, params).fetchall()]
 
 
 def recently_added_sql(k: int, limit: int = ROWS) -> tuple[str, tuple]:
@@ -48,8 +45,8 @@ def recently_added_sql(k: int, limit: int = ROWS) -> tuple[str, tuple]:
 
 @absent_reads_as(None)
 def count_for(feed_url: str, k: int) -> int | None:
-    row = db.execute_sql(_q("SELECT subscriber_count FROM net_feed_rollup WHERE feed_url = ?"),
-                         (feed_url,)).fetchone()
+    row = sql.execute("SELECT subscriber_count FROM net_feed_rollup WHERE feed_url = ?",
+                      (feed_url,)).fetchone()
     return row[0] if row and row[0] >= k else None
 
 
@@ -65,9 +62,9 @@ def attributions(feed_urls: list[str], k: int, fresh_since_us: int) -> dict[str,
     could name the wrong person."""
     if not feed_urls:
         return {}
-    sql, params = attributions_sql(feed_urls, k, fresh_since_us)
+    statement, params = attributions_sql(feed_urls, k, fresh_since_us)
     out: dict[str, list[str]] = {}
-    for url, name in db.execute_sql(_q(sql), params).fetchall():
+    for url, name in sql.execute(statement, params).fetchall():
         out.setdefault(url, []).append(name)
     return out
 

@@ -25,7 +25,8 @@ from typing import Callable
 import gevent
 import gevent.pool
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.jetstream import store as jstore
 from feather.network import store
 from feather.network.apply import record_fields
@@ -53,13 +54,10 @@ class Kit:
         self.relay_sleep, self.timeout = relay_sleep, timeout
 
 
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
 
 def status() -> dict:
     """Progress for the log and the operator (`flask network status`)."""
-    counts = dict(db.execute_sql("SELECT state, count(*) FROM net_backfill_queue GROUP BY state").fetchall())
+    counts = dict(sql.execute("SELECT state, count(*) FROM net_backfill_queue GROUP BY state").fetchall())
     done, total, failed = counts.get("done", 0) + counts.get("failed", 0), sum(counts.values()), counts.get("failed", 0)
     result = store.get_state("backfill.result")
     if result and not total:  # the queue is emptied on completion; its final numbers were kept
@@ -100,7 +98,7 @@ def needs_rebuild() -> str | None:
     state = store.get_state("backfill.status")
     if state is None:
         return "no completed rebuild is recorded"
-    if state == "retry" and int(store.get_state("backfill.retry_at_us") or 0) > store.now_us():
+    if state == "retry" and int(store.get_state("backfill.retry_at_us") or 0) > sql.now_us():
         return None  # a relay asked us to wait (Retry-After)
     if state in ("running", "retry"):
         return f"the last rebuild is {state}"
@@ -114,9 +112,9 @@ def start(reason: str) -> None:
     with db.atomic():
         store.clear_state("backfill.")
         store.clear_state("live.gap")
-        db.execute_sql("DELETE FROM net_backfill_queue")
-        store.set_state("backfill.cursor_us", str(store.now_us()))
-        store.set_state("backfill.started_at", str(store.now_us()))
+        sql.execute("DELETE FROM net_backfill_queue")
+        store.set_state("backfill.cursor_us", str(sql.now_us()))
+        store.set_state("backfill.started_at", str(sql.now_us()))
         store.set_state("backfill.status", "running")
     log.info("network rebuild: starting (%s)", reason)
 
@@ -130,7 +128,7 @@ def run(kit: Kit, settings) -> bool:
     if store.get_state("backfill.enumerated") != "1":
         answered, wait_secs = _enumerate(kit)
         if not answered:
-            retry_at = store.now_us() + int(wait_secs * 1_000_000)
+            retry_at = sql.now_us() + int(wait_secs * 1_000_000)
             with db.atomic():
                 store.set_state("backfill.status", "retry")
                 store.set_state("backfill.retry_at_us", str(retry_at))
@@ -140,8 +138,8 @@ def run(kit: Kit, settings) -> bool:
     pool = gevent.pool.Pool(CONCURRENCY)
     try:
         while True:
-            batch = [r[0] for r in db.execute_sql(_q(
-                "SELECT did FROM net_backfill_queue WHERE state = ? ORDER BY did LIMIT ?"), ("pending", 50)).fetchall()]
+            batch = [r[0] for r in sql.execute(
+                "SELECT did FROM net_backfill_queue WHERE state = ? ORDER BY did LIMIT ?", ("pending", 50)).fetchall()]
             if not batch:
                 break
             for _ in pool.imap_unordered(lambda did: _one_did(kit, settings, did, t0), batch):
@@ -157,9 +155,9 @@ def run(kit: Kit, settings) -> bool:
     final = status()
     with db.atomic():
         store.set_state("backfill.status", "done")
-        store.set_state("backfill.completed_at", str(store.now_us()))
+        store.set_state("backfill.completed_at", str(sql.now_us()))
         store.set_state("backfill.result", f"{final['done']}/{final['total']}/{final['failed']}")
-        db.execute_sql("DELETE FROM net_backfill_queue")
+        sql.execute("DELETE FROM net_backfill_queue")
     log.info("network rebuild: complete")
     return True
 
@@ -183,9 +181,9 @@ def _enumerate(kit: Kit) -> tuple[bool, float]:
                 with db.atomic():
                     for did in dids:
                         if not store.is_opted_out(did):  # consent: an opted-out DID is not even queued
-                            db.execute_sql(_q("INSERT INTO net_backfill_queue (did, state, updated_at)"
-                                              " VALUES (?, ?, ?) ON CONFLICT (did) DO NOTHING"),
-                                           (did, "pending", store.now_us()))
+                            sql.execute("INSERT INTO net_backfill_queue (did, state, updated_at)"
+                                        " VALUES (?, ?, ?) ON CONFLICT (did) DO NOTHING",
+                                        (did, "pending", sql.now_us()))
                     if client.cursor:
                         store.set_state(key + ".cursor", client.cursor)
             answered += 1
@@ -246,8 +244,8 @@ def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
         skip = store.is_opted_out(did)
     if skip:  # consent: not even a request to its PDS (and re-checked under the lock below)
         with db.connection_context(), db.atomic():
-            db.execute_sql(_q("UPDATE net_backfill_queue SET state = ?, records = 0, updated_at = ? WHERE did = ?"),
-                           ("done", store.now_us(), did))
+            sql.execute("UPDATE net_backfill_queue SET state = ?, records = 0, updated_at = ? WHERE did = ?",
+                        ("done", sql.now_us(), did))
         return
     try:
         with gevent.Timeout(kit.timeout):
@@ -271,5 +269,5 @@ def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
             store.delete_stale_rows(did, kept, t0, touched)
             store.evict_over_cap(settings.featherreader_net_max_rows, touched)
             store.refresh_rollup(touched)
-        db.execute_sql(_q("UPDATE net_backfill_queue SET state = ?, records = ?, updated_at = ? WHERE did = ?"),
-                       (state, len(records or ()), store.now_us(), did))
+        sql.execute("UPDATE net_backfill_queue SET state = ?, records = ?, updated_at = ? WHERE did = ?",
+                    (state, len(records or ()), sql.now_us(), did))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
 from feather.db import current_dialect, db
 from feather.network import store
 
@@ -87,4 +88,4 @@ def ensure() -> list[str]:
 def _migrated(present: set[str]) -> bool:
     if "schema_version" not in present:
         return False
-    return db.execute_sql("SELECT 1 FROM schema_version WHERE version = 30").fetchone() is not None
+    return sql.execute("SELECT 1 FROM schema_version WHERE version = 30").fetchone() is not None

@@ -11,39 +11,32 @@ the feeds a write touched (an index range each), so it always equals the direct 
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Iterable
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import current_dialect
 from feather.network.absent import absent_reads_as
 
 STATE_KEYS_ON_REBUILD = ("backfill.",)
 
 
-def now_us() -> int:
-    return int(time.time() * 1_000_000)
-
-
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
 
 # --- network_state
 @absent_reads_as(None)
 def get_state(key: str) -> str | None:
-    row = db.execute_sql(_q("SELECT value FROM network_state WHERE key = ?"), (key,)).fetchone()
+    row = sql.execute("SELECT value FROM network_state WHERE key = ?", (key,)).fetchone()
     return row[0] if row else None
 
 
 def set_state(key: str, value: str) -> None:
-    db.execute_sql(_q("INSERT INTO network_state (key, value, updated_at) VALUES (?, ?, ?)"
-                      " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"),
-                   (key, str(value), now_us()))
+    sql.execute("INSERT INTO network_state (key, value, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                (key, str(value), sql.now_us()))
 
 
 def clear_state(prefix: str) -> None:
     # Prefixes are ours ("backfill."), with no LIKE wildcards in them.
-    db.execute_sql(_q("DELETE FROM network_state WHERE key LIKE ?"), (prefix + "%",))
+    sql.execute("DELETE FROM network_state WHERE key LIKE ?", (prefix + "%",))
 
 
 # --- subscription rows
@@ -62,26 +55,26 @@ def lock_did(did: str) -> None:
     WAL reader that someone committed under cannot write (the batch fails and replays).
     """
     digest = hashlib.blake2b(did.encode(), digest_size=4).digest()
-    sql = current_dialect().xact_lock_pair_sql(DID_LOCK_SPACE, int.from_bytes(digest, "big", signed=True))
-    if sql is not None:
-        db.execute_sql(sql)
+    statement = current_dialect().xact_lock_pair_sql(DID_LOCK_SPACE, int.from_bytes(digest, "big", signed=True))
+    if statement is not None:
+        sql.execute(statement)
 
 
 @absent_reads_as(False)
 def is_opted_out(did: str) -> bool:
-    return db.execute_sql(_q("SELECT 1 FROM net_optout WHERE did = ?"), (did,)).fetchone() is not None
+    return sql.execute("SELECT 1 FROM net_optout WHERE did = ?", (did,)).fetchone() is not None
 
 
 @absent_reads_as(None)
 def opted_out_at(did: str) -> int | None:
     """When the DID's opt-out was recorded (microseconds), or None when it has none."""
-    row = db.execute_sql(_q("SELECT created_at FROM net_optout WHERE did = ?"), (did,)).fetchone()
+    row = sql.execute("SELECT created_at FROM net_optout WHERE did = ?", (did,)).fetchone()
     return row[0] if row else None
 
 
 @absent_reads_as(0)
 def rows_for_did(did: str) -> int:
-    return db.execute_sql(_q("SELECT count(*) FROM net_subscription WHERE did = ?"), (did,)).fetchone()[0]
+    return sql.execute("SELECT count(*) FROM net_subscription WHERE did = ?", (did,)).fetchone()[0]
 
 
 # The rkey of a DID-wide tombstone: no write of the DID older than its time_us may land. "." is
@@ -94,28 +87,28 @@ def upsert(did: str, rkey: str, feed_url: str, created_at: str | None, rev_us: i
     """Insert or update one record unless a newer write or a newer delete already happened."""
     if rkey == EVERY_RKEY:
         return False
-    floor = db.execute_sql(_q("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?"),
-                           (did, EVERY_RKEY)).fetchone()
+    floor = sql.execute("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?",
+                        (did, EVERY_RKEY)).fetchone()
     if floor is not None and floor[0] >= rev_us:
         return False
-    tomb = db.execute_sql(_q("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?"), (did, rkey)).fetchone()
+    tomb = sql.execute("SELECT time_us FROM net_tombstone WHERE did = ? AND rkey = ?", (did, rkey)).fetchone()
     if tomb is not None and tomb[0] >= rev_us:
         return False
-    old = db.execute_sql(_q("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?"),
-                         (did, rkey)).fetchone()
+    old = sql.execute("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?",
+                      (did, rkey)).fetchone()
     if old is None and rows_for_did(did) >= max_per_did:
         return False
     if old is not None and old[1] > rev_us:
         return False
     if tomb is not None:
-        db.execute_sql(_q("DELETE FROM net_tombstone WHERE did = ? AND rkey = ?"), (did, rkey))
-    db.execute_sql(
-        _q("INSERT INTO net_subscription (did, rkey, feed_url, created_at, indexed_at, rev_us)"
-           " VALUES (?, ?, ?, ?, ?, ?)"
-           " ON CONFLICT (did, rkey) DO UPDATE SET feed_url = excluded.feed_url,"
-           " created_at = excluded.created_at, rev_us = excluded.rev_us"
-           " WHERE excluded.rev_us >= net_subscription.rev_us"),
-        (did, rkey, feed_url, created_at, now_us(), rev_us))
+        sql.execute("DELETE FROM net_tombstone WHERE did = ? AND rkey = ?", (did, rkey))
+    sql.execute(
+        "INSERT INTO net_subscription (did, rkey, feed_url, created_at, indexed_at, rev_us)"
+        " VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (did, rkey) DO UPDATE SET feed_url = excluded.feed_url,"
+        " created_at = excluded.created_at, rev_us = excluded.rev_us"
+        " WHERE excluded.rev_us >= net_subscription.rev_us",
+        (did, rkey, feed_url, created_at, sql.now_us(), rev_us))
     touched.add(feed_url)
     if old is not None:
         touched.add(old[0])
@@ -126,17 +119,17 @@ def delete(did: str, rkey: str, time_us: int, touched: set[str]) -> None:
     """Remove the row and remember the delete (newest delete wins)."""
     if rkey == EVERY_RKEY:
         return
-    row = db.execute_sql(_q("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?"),
-                         (did, rkey)).fetchone()
+    row = sql.execute("SELECT feed_url, rev_us FROM net_subscription WHERE did = ? AND rkey = ?",
+                      (did, rkey)).fetchone()
     if row is not None and row[1] > time_us:
         return  # a newer create already replaced what this delete removed
     if row is not None:
-        db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ? AND rkey = ?"), (did, rkey))
+        sql.execute("DELETE FROM net_subscription WHERE did = ? AND rkey = ?", (did, rkey))
         touched.add(row[0])
     d = current_dialect()
-    db.execute_sql(_q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?) ON CONFLICT (did, rkey)"
-                      f" DO UPDATE SET time_us = {d.greatest('net_tombstone.time_us', 'excluded.time_us')}"),
-                   (did, rkey, time_us))
+    sql.execute("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?) ON CONFLICT (did, rkey)"
+                f" DO UPDATE SET time_us = {d.greatest('net_tombstone.time_us', 'excluded.time_us')}",
+                (did, rkey, time_us))
 
 
 def forget_did(did: str, touched: set[str]) -> int:
@@ -144,41 +137,41 @@ def forget_did(did: str, touched: set[str]) -> int:
     tombstones, its place in the rebuild's queue and its attribution (the rollup follows)."""
     removed = delete_did(did, touched)
     for table in ("net_tombstone", "net_backfill_queue", "net_attribution"):
-        db.execute_sql(_q(f"DELETE FROM {table} WHERE did = ?"), (did,))
+        sql.execute(f"DELETE FROM {table} WHERE did = ?", (did,))
     return removed
 
 
 def delete_did(did: str, touched: set[str]) -> int:
-    feeds = [r[0] for r in db.execute_sql(
-        _q("SELECT DISTINCT feed_url FROM net_subscription WHERE did = ?"), (did,)).fetchall()]
-    cur = db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ?"), (did,))
+    feeds = [r[0] for r in sql.execute(
+        "SELECT DISTINCT feed_url FROM net_subscription WHERE did = ?", (did,)).fetchall()]
+    cur = sql.execute("DELETE FROM net_subscription WHERE did = ?", (did,))
     touched.update(feeds)
     return cur.rowcount or 0
 
 
 def delete_stale_rows(did: str, keep_rkeys: set[str], before_rev_us: int, touched: set[str]) -> None:
     """A rebuild saw the DID's full list: rows it did not list and nothing newer wrote are gone."""
-    rows = db.execute_sql(_q("SELECT rkey, feed_url FROM net_subscription WHERE did = ? AND rev_us < ?"),
-                          (did, before_rev_us)).fetchall()
+    rows = sql.execute("SELECT rkey, feed_url FROM net_subscription WHERE did = ? AND rev_us < ?",
+                       (did, before_rev_us)).fetchall()
     for rkey, feed_url in rows:
         if rkey not in keep_rkeys:
-            db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ? AND rkey = ?"), (did, rkey))
+            sql.execute("DELETE FROM net_subscription WHERE did = ? AND rkey = ?", (did, rkey))
             touched.add(feed_url)
 
 
 def evict_over_cap(max_rows: int, touched: set[str]) -> int:
     """Drop the oldest-indexed rows past the cap (same transaction as the insert that overflowed)."""
-    total = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
+    total = sql.execute("SELECT count(*) FROM net_subscription").fetchone()[0]
     return evict_oldest(total - max_rows, touched) if total > max_rows else 0
 
 
 def evict_oldest(n: int, touched: set[str]) -> int:
     if n <= 0:
         return 0
-    victims = db.execute_sql(_q("SELECT did, rkey, feed_url FROM net_subscription"
-                                " ORDER BY indexed_at, did, rkey LIMIT ?"), (n,)).fetchall()
+    victims = sql.execute("SELECT did, rkey, feed_url FROM net_subscription"
+                          " ORDER BY indexed_at, did, rkey LIMIT ?", (n,)).fetchall()
     for did, rkey, feed_url in victims:
-        db.execute_sql(_q("DELETE FROM net_subscription WHERE did = ? AND rkey = ?"), (did, rkey))
+        sql.execute("DELETE FROM net_subscription WHERE did = ? AND rkey = ?", (did, rkey))
         touched.add(feed_url)
     return len(victims)
 
@@ -186,23 +179,23 @@ def evict_oldest(n: int, touched: set[str]) -> int:
 def refresh_rollup(feed_urls: Iterable[str]) -> None:
     """Recompute the rollup row of each feed from net_subscription (or remove it at zero)."""
     for url in sorted(set(feed_urls)):
-        count, first, last = db.execute_sql(
-            _q("SELECT count(DISTINCT did), min(indexed_at), max(indexed_at) FROM net_subscription"
-               " WHERE feed_url = ?"), (url,)).fetchone()
+        count, first, last = sql.execute(
+            "SELECT count(DISTINCT did), min(indexed_at), max(indexed_at) FROM net_subscription"
+            " WHERE feed_url = ?", (url,)).fetchone()
         if not count:
-            db.execute_sql(_q("DELETE FROM net_feed_rollup WHERE feed_url = ?"), (url,))
+            sql.execute("DELETE FROM net_feed_rollup WHERE feed_url = ?", (url,))
             continue
-        db.execute_sql(
-            _q("INSERT INTO net_feed_rollup (feed_url, subscriber_count, first_seen, last_seen) VALUES (?, ?, ?, ?)"
-               " ON CONFLICT (feed_url) DO UPDATE SET subscriber_count = excluded.subscriber_count,"
-               " first_seen = excluded.first_seen, last_seen = excluded.last_seen"),
+        sql.execute(
+            "INSERT INTO net_feed_rollup (feed_url, subscriber_count, first_seen, last_seen) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (feed_url) DO UPDATE SET subscriber_count = excluded.subscriber_count,"
+            " first_seen = excluded.first_seen, last_seen = excluded.last_seen",
             (url, count, first, last))
-    set_state("rollup.updated_at", str(now_us()))
+    set_state("rollup.updated_at", str(sql.now_us()))
 
 
 def truncate_projection() -> None:
     for table in ("net_subscription", "net_feed_rollup", "net_tombstone", "net_backfill_queue"):
-        db.execute_sql(f"DELETE FROM {table}")
+        sql.execute(f"DELETE FROM {table}")
     for prefix in STATE_KEYS_ON_REBUILD:
         clear_state(prefix)
 
@@ -211,8 +204,8 @@ def truncate_projection() -> None:
 def opt_out(did: str) -> int:
     """Record the opt-out and remove every row of the DID, in the caller's one transaction."""
     lock_did(did)
-    db.execute_sql(_q("INSERT INTO net_optout (did, created_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING"),
-                   (did, now_us()))
+    sql.execute("INSERT INTO net_optout (did, created_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING",
+                (did, sql.now_us()))
     touched: set[str] = set()
     removed = forget_did(did, touched)
     refresh_rollup(touched)
@@ -230,45 +223,45 @@ def clear_opt_out(did: str) -> bool:
     since = opted_out_at(did)
     if since is None:
         return False
-    db.execute_sql(_q("DELETE FROM net_optout WHERE did = ?"), (did,))
+    sql.execute("DELETE FROM net_optout WHERE did = ?", (did,))
     # The opt-out dropped the DID's tombstones, all written before it; this one floor stands in
     # for them: no write older than the opt-out (a replayed event, a rebuild that read the PDS
     # before it) can bring back a record deleted before it. Writes made during the opt-out are
     # the owner's current records and replay in order, so they may land.
-    db.execute_sql(_q("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?)"
-                      " ON CONFLICT (did, rkey) DO UPDATE SET time_us = excluded.time_us"),
-                   (did, EVERY_RKEY, since))
+    sql.execute("INSERT INTO net_tombstone (did, rkey, time_us) VALUES (?, ?, ?)"
+                " ON CONFLICT (did, rkey) DO UPDATE SET time_us = excluded.time_us",
+                (did, EVERY_RKEY, since))
     return True
 
 
 def set_attribution(did: str, handle: str | None, on: bool) -> None:
     """`handle` is the signed-in account's, verified at sign-in: it counts as checked now."""
     if on:
-        now = now_us()
-        db.execute_sql(_q("INSERT INTO net_attribution (did, handle, created_at, handle_checked_us) VALUES (?, ?, ?, ?)"
-                          " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle,"
-                          " handle_checked_us = excluded.handle_checked_us"),
-                       (did, handle, now, now if handle else 0))
+        now = sql.now_us()
+        sql.execute("INSERT INTO net_attribution (did, handle, created_at, handle_checked_us) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle,"
+                    " handle_checked_us = excluded.handle_checked_us",
+                    (did, handle, now, now if handle else 0))
     else:
-        db.execute_sql(_q("DELETE FROM net_attribution WHERE did = ?"), (did,))
+        sql.execute("DELETE FROM net_attribution WHERE did = ?", (did,))
 
 
 @absent_reads_as(False)
 def is_attributed(did: str) -> bool:
-    return db.execute_sql(_q("SELECT 1 FROM net_attribution WHERE did = ?"), (did,)).fetchone() is not None
+    return sql.execute("SELECT 1 FROM net_attribution WHERE did = ?", (did,)).fetchone() is not None
 
 
 def forget_attribution_handle(did: str) -> None:
     """An #identity event: the handle may have changed hands; show the DID until it is re-verified."""
-    db.execute_sql(_q("UPDATE net_attribution SET handle = NULL, handle_checked_us = 0 WHERE did = ?"), (did,))
+    sql.execute("UPDATE net_attribution SET handle = NULL, handle_checked_us = 0 WHERE did = ?", (did,))
 
 
 def attributions_to_check(older_than_us: int, limit: int) -> list[str]:
-    return [r[0] for r in db.execute_sql(_q(
-        "SELECT did FROM net_attribution WHERE handle_checked_us < ? ORDER BY handle_checked_us, did LIMIT ?"),
+    return [r[0] for r in sql.execute(
+        "SELECT did FROM net_attribution WHERE handle_checked_us < ? ORDER BY handle_checked_us, did LIMIT ?",
         (older_than_us, limit)).fetchall()]
 
 
 def set_attribution_handle(did: str, handle: str | None, checked_us: int) -> None:
-    db.execute_sql(_q("UPDATE net_attribution SET handle = ?, handle_checked_us = ? WHERE did = ?"),
-                   (handle, checked_us, did))
+    sql.execute("UPDATE net_attribution SET handle = ?, handle_checked_us = ? WHERE did = ?",
+                (handle, checked_us, did))

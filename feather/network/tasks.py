@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
 from feather.db import current_dialect, db
 from feather.network import names, rebuild, store
 
@@ -47,12 +48,12 @@ def rebuild_tick(settings, kit: rebuild.Kit | None = None) -> None:
 
 
 def maintenance_tick(settings, resolver=None) -> None:
-    now = store.now_us()
+    now = sql.now_us()
     with db.atomic():
         rebuild.note_gap(now, settings.featherreader_net_stale_cursor_secs * 1_000_000)
         t0 = int(store.get_state("backfill.cursor_us") or now)
         horizon = min(now - TOMBSTONE_KEEP_US, t0 - 1)
-        db.execute_sql(current_dialect().q("DELETE FROM net_tombstone WHERE time_us < ?"), (horizon,))
+        sql.execute("DELETE FROM net_tombstone WHERE time_us < ?", (horizon,))
     prune_for_disk_pressure(settings)
     if resolver is None:
         from feather.atproto.identity import resolver_from_settings
@@ -91,7 +92,7 @@ def prune_for_disk_pressure(settings) -> int:
         return 0
     start, removed, reason = found.size, 0, found.reason
     while found is not None:
-        total = db.execute_sql("SELECT count(*) FROM net_subscription").fetchone()[0]
+        total = sql.execute("SELECT count(*) FROM net_subscription").fetchone()[0]
         if not total:
             break
         with db.atomic():

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request, url_for
 from flask.globals import request_ctx
 
+from feather import sql
 from feather.db import db
 from feather.errors import ApiError
 from feather.network import adoption, consent, privacy, queries, store
@@ -91,7 +92,7 @@ def catalogue():
     recent, popular = queries.recently_added(k), queries.most_subscribed(k)
     shown = sorted({f.feed_url for f in recent + popular})
     return render_template("network/index.html", k=k, recent=recent, popular=popular,
-                           names=queries.attributions(shown, k, names.fresh_since(store.now_us())),
+                           names=queries.attributions(shown, k, names.fresh_since(sql.now_us())),
                            updated_us=store.get_state("rollup.updated_at"))
 
 
