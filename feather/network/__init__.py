@@ -11,6 +11,14 @@ from __future__ import annotations
 import logging
 
 from feather import sql
+from feather.db import db
+from feather.features import Job
+from feather.jetstream import store as jstore
+from feather.jetstream.subscriptions import Handler, Subscription
+from feather.network import adoption, cli, operator, personal, rebuild, schema, store, views
+from feather.network import tasks as netjobs
+from feather.network.apply import handler
+from feather.network.relay import COLLECTION
 
 log = logging.getLogger(__name__)
 
@@ -18,36 +26,22 @@ SUBSCRIPTION = "network"
 
 
 def init_app(app) -> None:
-    from feather.network import views
-
     views.init_app(app)
-    from feather.network import personal
-
     personal.register(app)
-    from feather.network import cli
-
     cli.init_app(app)
 
 
 def ensure_schema(settings) -> None:
     """Process start: re-create any catalogue table an operator dropped (feather/network/schema.py)."""
-    from feather.network import schema
-
     schema.ensure()
 
 
 def operator_status(settings) -> dict:
     """The catalogue's figures for /admin (feather/features.py collects them)."""
-    from feather.network import operator
-
     return operator.status(settings)
 
 
 def subscriptions(settings) -> list:
-    from feather.jetstream.subscriptions import Handler, Subscription
-    from feather.network.apply import handler
-    from feather.network.relay import COLLECTION
-
     if not settings.featherreader_network_index:
         return []
     stale_us = settings.featherreader_net_stale_cursor_secs * 1_000_000
@@ -65,9 +59,6 @@ def subscriptions(settings) -> list:
 
 def _on_gap(stale_us: int):
     def report(saved_time_us: int) -> None:
-        from feather.db import db
-        from feather.network import rebuild
-
         try:
             with db.connection_context(), db.atomic():
                 rebuild.note_gap(sql.now_us(), stale_us)  # a recent rebuild may already cover it
@@ -89,9 +80,6 @@ def before_stream_starts(settings) -> None:
     Gap: this is the last moment the evidence exists. Once the stream replays, its cursor jumps
     to recent events and a boot after two days away would look like a boot after two seconds.
     """
-    from feather.db import db
-    from feather.jetstream import store as jstore
-    from feather.network import rebuild, store
 
     opened = db.is_closed()
     try:
@@ -120,9 +108,6 @@ def before_stream_starts(settings) -> None:
 
 
 def jobs(settings) -> list:
-    from feather.network import adoption, tasks as netjobs
-    from feather.features import Job
-
     found = []
     interval = settings.featherreader_adoption_interval_secs
     if interval > 0:

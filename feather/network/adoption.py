@@ -14,6 +14,8 @@ from typing import Callable
 
 from feather import sql
 from feather.db import db
+from feather.network import store
+from feather.network.httpclient import client_from_settings
 from feather.network.relay import COLLECTION, AdoptionObservation, RelayClient, RelayError, RelayRateLimited
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,6 @@ def run_if_due(settings, *, http=None, now: float | None = None, rand: Callable[
                sleep: Callable[[float], None] | None = None) -> bool:
     """Probe when the interval since the last run (remembered across restarts, ±10 % drawn at that
     run) has passed; a failed run counts as a run: no tighter retry. True when it probed."""
-    from feather.network import store
 
     now = time.time() if now is None else now
     interval = settings.featherreader_adoption_interval_secs
@@ -104,7 +105,6 @@ def run_if_due(settings, *, http=None, now: float | None = None, rand: Callable[
     with db.atomic():
         store.set_state("adoption.last_run", f"{now:.3f}:{0.9 + 0.2 * rand():.4f}")
     if http is None:
-        from feather.network.httpclient import client_from_settings
 
         http = client_from_settings(settings)
     probe(http, list(settings.featherreader_relay_hosts), sleep=sleep)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 
-from feather import sql
-
 import click
 from flask import current_app
 from flask.cli import AppGroup
+
+from feather import sql
+from feather.db import db
+from feather.network import rebuild, store
 
 network_cli = AppGroup("network", help="The network catalogue.")
 
@@ -15,9 +17,6 @@ network_cli = AppGroup("network", help="The network catalogue.")
 @network_cli.command("status")
 def status():
     """Print adoption counts, rebuild progress (DIDs done / total) and row counts as JSON."""
-    from feather.db import db
-    from feather.network import rebuild, store
-
     settings = current_app.config["FEATHER"]
     with db.connection_context():
         stats = sql.execute("SELECT source, value, truncated, observed_at FROM network_stat"

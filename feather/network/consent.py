@@ -15,6 +15,8 @@ from collections import OrderedDict, deque
 from flask import current_app, request
 
 from feather import addresses
+from feather.auth import current_account
+from feather.auth.web import over_rate_limit
 
 WINDOW_SECS = 300.0
 
@@ -24,7 +26,6 @@ def current_user() -> dict | None:
     if hook is not None:
         user = hook()
     elif "auth" in current_app.extensions:  # the sign-in module is loaded: ask it
-        from feather.auth import current_account
 
         account = current_account()
         user = {"did": account.did, "handle": account.handle} if account is not None else None
@@ -64,7 +65,6 @@ def allow_opt_out_attempt() -> bool:
     is loaded, so every process agrees; otherwise a per-process one with the same numbers."""
     limit = current_app.config["FEATHER"].featherreader_login_rate_limit
     if "auth" in current_app.extensions:
-        from feather.auth.web import over_rate_limit
 
         return not over_rate_limit(f"network-opt-out:{client_key()}", limit)
     return opt_out_limiter().allow(client_key())

@@ -12,12 +12,11 @@ from urllib.parse import urlsplit
 
 import gevent.lock
 
+from feather.atproto.identity import http_client_from_settings
 from feather.outbound import GuardedClient
 
 
 def client_from_settings(settings) -> GuardedClient:
-    from feather.atproto.identity import http_client_from_settings
-
     return http_client_from_settings(settings)
 
 

@@ -6,11 +6,10 @@ that); /admin asks for these numbers through the `operator_status` hook in feath
 from __future__ import annotations
 
 from feather import sql
+from feather.network import rebuild
 
 
 def status(settings) -> dict:
-    from feather.network import rebuild
-
     adoption = sql.execute("SELECT max(value), max(observed_at) FROM network_stat").fetchone()
     return {
         "indexing": settings.featherreader_network_index,

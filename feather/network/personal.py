@@ -7,9 +7,13 @@ next event put the rows back), and it holds nothing but the DID.
 """
 from __future__ import annotations
 
+from flask import url_for
+
 from feather import sql
 from feather.network import store
 from feather.network.absent import absent_reads_as
+from feather.personal import Holding, register_panel
+from feather.personal import register as add
 
 
 @absent_reads_as(list)
@@ -44,15 +48,11 @@ def delete(did: str) -> None:
 
 
 def panel(account):
-    from flask import url_for
-
     return "network/_home.html", {"attributed": store.is_attributed(account.did),
                                   "opted_out": store.is_opted_out(account.did),
                                   "url": url_for("network.attribution")}
 
 
 def register(app) -> None:
-    from feather.personal import Holding, register as add, register_panel
-
     add(app, Holding("network", "The network catalogue", describe, export, delete, order=30))
     register_panel(app, panel, order=30)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from feather.atproto.identity import resolver_for
+from feather.atproto.pds import PdsClient
 from feather.atproto.syntax import InvalidSyntax, is_valid_datetime, parse_datetime
 from feather.network import privacy
 from feather.network.relay import COLLECTION
@@ -47,8 +49,6 @@ def parse_subscription(uri: str, value) -> Subscription:
 
 def read_subscriptions_with(resolver, http, did: str, *, strict: bool = True) -> list[Subscription]:
     """Every record, all pages. strict: an invalid record raises (the test); else it is skipped (a page)."""
-    from feather.atproto.pds import PdsClient
-
     client = PdsClient(http, resolver.pds_endpoint(did))
     found = []
     for record in client.iter_records(did, COLLECTION, limit=100):
@@ -61,7 +61,5 @@ def read_subscriptions_with(resolver, http, did: str, *, strict: bool = True) ->
 
 
 def read_subscriptions(app, did: str) -> list[Subscription]:
-    from feather.atproto.identity import resolver_for
-
     resolver = resolver_for(app)
     return read_subscriptions_with(resolver, resolver.http, did, strict=False)

@@ -26,6 +26,7 @@ import gevent
 import gevent.pool
 
 from feather import sql
+from feather.atproto.pds import PdsClient
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.network import store
@@ -221,8 +222,6 @@ def retry_after_secs(value: str | None, now: float | None = None) -> float | Non
 
 def fetch_records(kit: Kit, did: str, max_records: int) -> list[tuple[str, str | None, str | None]]:
     """(rkey, canonical url or None, createdAt) of the DID's records, read anonymously off its PDS."""
-    from feather.atproto.pds import PdsClient
-
     endpoint = kit.resolver.pds_endpoint(did)
     client = PdsClient(kit.pds_http, endpoint)
     prefix = f"at://{did}/{COLLECTION}/"

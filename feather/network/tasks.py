@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 
-from feather import sql
+from feather import diskguard, sql
+from feather.atproto.identity import resolver_from_settings
 from feather.db import current_dialect, db
+from feather.jetstream.store import db_size_bytes
 from feather.network import names, rebuild, store
+from feather.network.httpclient import PacedClient, client_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +28,6 @@ CATALOGUE_TABLES = ("net_subscription", "net_feed_rollup", "net_tombstone")
 
 
 def kit_from_settings(settings) -> rebuild.Kit:
-    from feather.atproto.identity import resolver_from_settings
-    from feather.network.httpclient import PacedClient, client_from_settings
-
     paced = PacedClient(client_from_settings(settings), interval=1.0)
     return rebuild.Kit(client_from_settings(settings), list(settings.featherreader_relay_hosts),
                        resolver_from_settings(settings, http=paced), paced)
@@ -56,22 +56,17 @@ def maintenance_tick(settings, resolver=None) -> None:
         sql.execute("DELETE FROM net_tombstone WHERE time_us < ?", (horizon,))
     prune_for_disk_pressure(settings)
     if resolver is None:
-        from feather.atproto.identity import resolver_from_settings
 
         resolver = resolver_from_settings(settings)
     names.refresh(resolver, now)
 
 
 def db_size() -> int:
-    from feather.jetstream.store import db_size_bytes
-
     return db_size_bytes()
 
 
 def over_watermark(settings) -> int | None:
     """The database's size while the disk is under pressure (feather/diskguard.py), else None."""
-    from feather import diskguard
-
     found = diskguard.pressure(settings)
     return None if found is None else found.size
 
@@ -85,7 +80,6 @@ def prune_for_disk_pressure(settings) -> int:
     (the same measure) then resumes the streams. The reader's data is never touched here; if
     the catalogue is gone and the database is still over, that is the reader's to solve.
     """
-    from feather import diskguard
 
     found = diskguard.pressure(settings)
     if found is None:

@@ -16,9 +16,12 @@ from flask import Blueprint, abort, current_app, flash, g, jsonify, redirect, re
 from flask.globals import request_ctx
 
 from feather import sql
+from feather.atproto.identity import IdentityError, resolver_for
+from feather.atproto.syntax import is_valid_did, is_valid_handle
 from feather.db import db
-from feather.errors import ApiError
-from feather.network import adoption, consent, privacy, queries, store
+from feather.errors import ApiError, form_retry
+from feather.network import adoption, consent, names, privacy, queries, store
+from feather.network.portability import read_subscriptions
 
 log = logging.getLogger(__name__)
 bp = Blueprint("network", __name__)
@@ -87,7 +90,6 @@ def catalogue():
     if not s.featherreader_network_page:
         abort(404)
     k = s.featherreader_net_k
-    from feather.network import names
 
     recent, popular = queries.recently_added(k), queries.most_subscribed(k)
     shown = sorted({f.feed_url for f in recent + popular})
@@ -126,7 +128,6 @@ def opt_out_target(text: str) -> tuple[str | None, str | None]:
     work while the PLC directory is down or the account's document is gone, and asking the network
     first would make the answer depend on the account. A handle has to be looked up to name a DID;
     one direction is enough (whoever could point a handle at a DID could type the DID)."""
-    from feather.atproto.syntax import is_valid_did, is_valid_handle
 
     if text.startswith("did:"):
         if not is_valid_did(text):
@@ -135,7 +136,6 @@ def opt_out_target(text: str) -> tuple[str | None, str | None]:
         return (text.lower() if text.startswith("did:plc:") else text), None
     if not is_valid_handle(text):
         return None, NOT_A_NAME.format(text)
-    from feather.atproto.identity import IdentityError, resolver_for
 
     try:
         return resolver_for(current_app).resolve_handle(text), None
@@ -216,7 +216,6 @@ def my_records():
     if user is None:  # there is nothing to show without knowing whose records: sign in, then come back
         return redirect(url_for("auth.login_form", next=request.path) if "auth.login_form" in current_app.view_functions
                         else url_for("network.attribution"), code=303)
-    from feather.network.portability import read_subscriptions
 
     try:
         records = read_subscriptions(current_app, user["did"])
@@ -235,8 +234,6 @@ def _retry_opt_out(sentence: str):
 
 
 def init_app(app) -> None:
-    from feather.errors import form_retry
-
     app.register_blueprint(bp)
     form_retry(app, "network.opt_out", _retry_opt_out)
     app.jinja_env.filters["safe_link"] = safe_link
