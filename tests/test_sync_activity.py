@@ -14,6 +14,8 @@ from tests.test_sync_kit import ALICE, BOB, CAROL, DAVE, T0
 from tests.test_sync_status import env, make_env, name  # noqa: F401
 from tests.test_sync_views import PAGE, in_db, sign_in, world  # noqa: F401
 
+from feather import sql
+
 PEOPLE = [(f"did:plc:person{n:017d}", f"p{n}.test", f"Person {n}") for n in range(19)]
 
 
@@ -123,10 +125,8 @@ def activity_items(body: str) -> list[str]:
 
 
 def test_the_page_shows_a_group_as_one_line_and_lists_the_names_in_details(page_world):
-    from feather.sync.store import now_s
-
     app, client = page_world
-    now = now_s()
+    now = sql.now_s()
 
     def fill():
         for did, handle, display in PEOPLE[:3]:
@@ -151,10 +151,9 @@ def test_the_page_shows_a_group_as_one_line_and_lists_the_names_in_details(page_
 
 def test_a_group_spanning_minutes_shows_from_when_to_when(page_world):
     from feather.sync.status import clock
-    from feather.sync.store import now_s
 
     app, client = page_world
-    now = now_s()
+    now = sql.now_s()
 
     def fill():
         seed([("tangled", "follow", BOB, None)], at=now - 3600)
@@ -163,6 +162,6 @@ def test_a_group_spanning_minutes_shows_from_when_to_when(page_world):
         name(CAROL, "carol.test", "Carol", now=now)
     in_db(app, fill)
     body = client.get(PAGE).get_data(as_text=True)
-    first, last = (clock(at, now_s()) for at in (now - 3600, now))
+    first, last = (clock(at, sql.now_s()) for at in (now - 3600, now))
     assert re.search(rf'<span class="when"><time datetime="[^"]+">{re.escape(first)}</time> to '
                      rf'<time datetime="[^"]+">{re.escape(last)}</time></span> Followed 2 people on Tangled\.', body)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from tests.test_sync_kit import ALICE, BOB, CAROL
 from tests.test_sync_views import csrf, in_db, sign_in, sync_rows, world  # noqa: F401
 
+from feather import sql
+
 SIGNED_OUT = {"error": "AuthenticationRequired",
               "message": "Sign in first: POST /api/session with an app password, or sign in on the web."}
 BAD_CSRF = {"error": "InvalidCsrfToken",
@@ -178,12 +180,11 @@ def test_the_api_follows_the_engine_end_to_end_with_an_in_memory_pds(world):
     """enable -> backfill -> runner: the API's counters move the way docs/api.md says."""
     from feather.sync import backfill
     from feather.sync.runner import Runner
-    from feather.sync.store import now_s
 
     app, client, pds = world
     sign_in(app, client)
     post(client, {"enabled": True, "apps": ["bluesky", "tangled"]})
-    in_db(app, lambda: backfill.burst(pds, now_s))
+    in_db(app, lambda: backfill.burst(pds, sql.now_s))
     state = client.get("/api/sync").json
     assert (state["backfill"], state["queue"]) == ({"listed": 2, "total": 2, "done": True},
                                                    {"pending": 2, "done": 0, "failed": 0})
@@ -209,7 +210,6 @@ def test_state_explains_each_apps_listing_queue_and_waits(world):
     why, people waiting for a profile, named by handle (the people cache), with exact values."""
     from feather.sync import backfill
     from feather.sync.runner import Runner
-    from feather.sync.store import execute, now_s
 
     app, client, pds = world
     sign_in(app, client)
@@ -219,9 +219,9 @@ def test_state_explains_each_apps_listing_queue_and_waits(world):
     assert bluesky["listing"] | {"measured_at": 0} == {
         "status": "listing", "records": 0, "expected": 2, "expected_complete": True, "measured_at": 0,
         "attempts": 0, "error": None, "retry_at": None, "summary": "0 of about 2 follows listed"}
-    in_db(app, lambda: backfill.burst(pds, now_s))
-    in_db(app, lambda: execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at,"
-                               " next_fetch_at) VALUES (?, 'bob.test', NULL, 1, 1, 1)", BOB))
+    in_db(app, lambda: backfill.burst(pds, sql.now_s))
+    in_db(app, lambda: sql.execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at,"
+                                   " next_fetch_at) VALUES (?, 'bob.test', NULL, 1, 1, 1)", (BOB,)))
     state = client.get("/api/sync").json
     now = state["next_write"]["at"]
     assert state["next_write"] == {"at": now, "reason": "ready", "message": "Next write within a few seconds.",

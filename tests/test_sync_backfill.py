@@ -5,11 +5,11 @@ import pytest
 
 from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, DAVE, T0, TANGLED, env  # noqa: F401
 
+from feather import sql
 
-def _q(sql, *params):
-    from feather.sync.store import rows
 
-    return rows(sql, *params)
+def _q(statement, *params):
+    return sql.rows(statement, params)
 
 
 def test_backfill_lists_in_resumable_bursts_then_one_union_queues_every_missing_pair(env):
@@ -153,14 +153,15 @@ def test_removing_an_app_forgets_its_mirror_and_cancels_its_queue(env):
 def test_shards_hold_every_enabled_owner_paused_included_and_cursors_of_an_unknown_count_resume_from_the_oldest(env):
     from feather.jetstream.subscriptions import merge
     from feather.sync import service, subscriptions
-    from feather.sync.store import execute, pause, shard_of
+    from feather.sync.store import pause, shard_of
 
     owners = [f"did:plc:owner{n}" for n in range(6)]
     for owner in owners:
         service.configure(owner, env.settings, env.clock(), apps=["bluesky", "tangled"], enabled=True)
     pause(owners[0], "signed out", env.clock())
     service.configure(owners[1], env.settings, env.clock(), enabled=False)
-    execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES ('sync:0', 500, 0), ('sync:1', 900, 0)")
+    sql.execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES ('sync:0', 500,"
+                " 0), ('sync:1', 900, 0)")
     settings = type(env.settings)({**env.settings.as_dict(), "SYNC_SHARD_COUNT": 3})
     subs = subscriptions(settings)
     assert [s.name for s in subs] == ["sync:0", "sync:1", "sync:2", "global"]

@@ -8,6 +8,8 @@ import pytest
 
 from tests.test_sync_kit import ALICE, BOB, BSKY, env  # noqa: F401
 
+from feather import sql
+
 TANGLED_PROFILE = "sh.tangled.actor.profile"
 
 
@@ -51,11 +53,9 @@ def test_the_kit_runs_under_the_instances_default_budget(env):
 
 
 def test_a_follow_costs_3_points_and_an_unfollow_1(env):
-    from feather.sync.store import rows
-
     _one_unfollow_to_copy(env)
     assert env.run() == 1
-    assert rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled' ORDER BY id") == [
+    assert sql.rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled' ORDER BY id") == [
         ("follow", 3), ("unfollow", 1)]
 
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from feather import sql
 from feather.atproto.syntax import next_tid
 from tests.support.pds import create_session, xrpc
 
@@ -90,20 +91,18 @@ def _engine(app):
     from feather.sync import backfill
     from feather.sync.follow_writer import default_writer
     from feather.sync.runner import Runner
-    from feather.sync.store import now_s
 
     with app.app_context(), db.connection_context():
         writer = default_writer(app)
-        while backfill.burst(writer, now_s):
+        while backfill.burst(writer, sql.now_s):
             pass
         return Runner(writer, app.config["FEATHER"]).tick(concurrent=False)
 
 
 def _unfollow_rows(app) -> int:
-    from feather.sync.store import scalar
     from tests.test_sync_views import in_db
 
-    return in_db(app, lambda: scalar("SELECT COUNT(*) FROM sync_queue WHERE kind = 'unfollow'", default=0))
+    return in_db(app, lambda: sql.scalar("SELECT COUNT(*) FROM sync_queue WHERE kind = 'unfollow'", default=0))
 
 
 def test_follow_unfollow_and_duplicate_against_the_reference_pds(make_app, pds_jetstream):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from feather import sql
+
 ALICE = "did:plc:alice"
 BOB = "did:plc:bob"
 CAROL = "did:plc:carol"
@@ -84,16 +86,13 @@ class Env:
         return done
 
     def queue(self, owner=ALICE):
-        from feather.sync.store import rows
-
-        return rows("SELECT app, kind, subject, rkey, origin, status FROM sync_queue WHERE owner_did = ? ORDER BY id",
-                    owner)
+        return sql.rows("SELECT app, kind, subject, rkey, origin, status FROM sync_queue WHERE"
+                        " owner_did = ? ORDER BY id",
+                        (owner,))
 
     def mirror(self, owner=ALICE):
-        from feather.sync.store import rows
-
-        return rows("SELECT app, rkey, subject, created_by_sync, state FROM sync_follow_mirror WHERE owner_did = ?"
-                    " ORDER BY app, rkey", owner)
+        return sql.rows("SELECT app, rkey, subject, created_by_sync, state FROM sync_follow_mirror WHERE owner_did = ?"
+                        " ORDER BY app, rkey", (owner,))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import gevent
 import gevent.event
 import pytest
 
+from feather import sql
 from tests.conftest import PG_URL
 from tests.test_sync_kit import T0, Clock
 
@@ -22,33 +23,29 @@ def owner(i: int) -> str:
 
 def make_lanes(n: int, rows_per_lane: int = 1, now: int = T0) -> None:
     from feather.db import db
-    from feather.sync.store import execute
 
     with db.atomic():
         for i in range(n):
-            execute("INSERT INTO sync_sets (owner_did, apps, enabled, created_at, updated_at)"
-                    " VALUES (?, 'bluesky,tangled', 1, ?, ?)", owner(i), now, now)
+            sql.execute("INSERT INTO sync_sets (owner_did, apps, enabled, created_at, updated_at)"
+                        " VALUES (?, 'bluesky,tangled', 1, ?, ?)", (owner(i), now, now))
         for j in range(rows_per_lane):  # row j of every lane, so lane i's head is older than lane i+1's
             for i in range(n):
                 rkey = f"r{i:02d}x{j}"
-                execute("INSERT INTO sync_follow_mirror (owner_did, app, rkey, subject, last_seen_at)"
-                        " VALUES (?, 'bluesky', ?, ?, ?)", owner(i), rkey, f"did:plc:subject{j}", now)
-                execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, created_at, updated_at)"
-                        " VALUES (?, 'bluesky', 'unfollow', ?, ?, 'event', ?, ?)",
-                        owner(i), f"did:plc:subject{j}", rkey, now, now)
+                sql.execute("INSERT INTO sync_follow_mirror (owner_did, app, rkey, subject, last_seen_at)"
+                            " VALUES (?, 'bluesky', ?, ?, ?)", (owner(i), rkey, f"did:plc:subject{j}", now))
+                sql.execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin,"
+                            " created_at, updated_at)"
+                            " VALUES (?, 'bluesky', 'unfollow', ?, ?, 'event', ?, ?)",
+                            (owner(i), f"did:plc:subject{j}", rkey, now, now))
 
 
 def leases():
-    from feather.sync.store import rows
-
-    return rows("SELECT owner_did, leased_by, lease_until FROM sync_lanes WHERE leased_by IS NOT NULL"
-                " ORDER BY owner_did")
+    return sql.rows("SELECT owner_did, leased_by, lease_until FROM sync_lanes WHERE leased_by IS NOT NULL"
+                    " ORDER BY owner_did")
 
 
 def pending() -> int:
-    from feather.sync.store import scalar
-
-    return scalar("SELECT COUNT(*) FROM sync_queue WHERE status = 'pending'", default=0)
+    return sql.scalar("SELECT COUNT(*) FROM sync_queue WHERE status = 'pending'", default=0)
 
 
 class Tracker:
@@ -164,10 +161,9 @@ def test_a_lease_ending_this_second_is_not_handed_to_another_holder_with_slots_f
 
 def test_a_paused_owners_lanes_take_no_slot(ctx):
     from feather.sync.lanes import lease_lanes
-    from feather.sync.store import execute
 
     make_lanes(2)  # owner 0's head row is the older one
-    execute("UPDATE sync_sets SET paused = 1 WHERE owner_did = ?", owner(0))
+    sql.execute("UPDATE sync_sets SET paused = 1 WHERE owner_did = ?", (owner(0),))
     assert lease_lanes("a", T0, 1) == [(owner(1), "bluesky")]
     assert lease_lanes("b", T0, 8) == []
 
@@ -186,28 +182,26 @@ def test_a_dead_processes_lanes_are_run_by_another_runner_after_the_lease_expire
     assert sorted(tracker.deleted) == [f"r{i:02d}x0" for i in range(8)]
     assert r.tick() == 4
     assert pending() == 0
-    from feather.sync.store import rows
 
-    assert rows("SELECT COUNT(*) FROM sync_lanes") == [(0,)]  # finished lanes leave no row behind
+    assert sql.rows("SELECT COUNT(*) FROM sync_lanes") == [(0,)]  # finished lanes leave no row behind
 
 
 def test_a_lease_is_renewed_while_its_lane_runs_and_released_after(ctx):
     from feather.sync.lanes import lease_lanes
-    from feather.sync.store import rows, scalar
 
     make_lanes(1, rows_per_lane=3)
     clock = Clock()
     seen = []
 
     def during(owner_did, rkey):
-        seen.append((scalar("SELECT lease_until FROM sync_lanes WHERE owner_did = ?", owner_did),
+        seen.append((sql.scalar("SELECT lease_until FROM sync_lanes WHERE owner_did = ?", (owner_did,)),
                      lease_lanes("intruder", clock(), 8)))
         clock.advance(40)  # a slow PDS: the run outlives the first lease
 
     r = runner(ctx, SlowWriter(Tracker(), "a", delay=lambda o: 0, during=during), "proc-a", clock)
     assert r.tick() == 3
     assert seen == [(T0 + 60, []), (T0 + 100, []), (T0 + 140, [])]
-    assert rows("SELECT COUNT(*) FROM sync_lanes") == [(0,)]
+    assert sql.rows("SELECT COUNT(*) FROM sync_lanes") == [(0,)]
 
 
 def test_a_runner_stops_a_lane_whose_lease_another_process_took(ctx):

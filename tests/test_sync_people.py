@@ -11,6 +11,8 @@ import pytest
 from tests.test_identity import PLC, FakeDns, did_doc, make
 from tests.test_sync_kit import T0
 
+from feather import sql
+
 ADA = "did:plc:adaadaadaadaadaadaadaada"
 EVE = "did:plc:eveeveeveeveeveeveeveeve"
 PDS = "https://pds.example.com"
@@ -39,9 +41,8 @@ def world(docs: dict, dns: dict):
 
 
 def cached(did):
-    from feather.sync.store import rows
-
-    return rows("SELECT handle, display_name, fetched_at, next_fetch_at, failures FROM sync_people WHERE did = ?", did)
+    return sql.rows("SELECT handle, display_name, fetched_at, next_fetch_at, failures FROM sync_people WHERE did = ?",
+                    (did,))
 
 
 def test_a_page_never_waits_it_marks_unknown_people_as_wanted(db_app):
@@ -118,7 +119,6 @@ def test_a_failed_look_up_backs_off_and_is_tried_again(db_app):
 
 def test_each_run_looks_up_at_most_its_share_never_looked_up_first(db_app):
     from feather.sync.people import labels, refresh_due
-    from feather.sync.store import scalar
 
     dids = [f"did:plc:person{n:017d}" for n in range(25)]
     docs = {d: did_doc(d, f"p{n}.example.com", PDS) for n, d in enumerate(dids)}
@@ -126,7 +126,7 @@ def test_each_run_looks_up_at_most_its_share_never_looked_up_first(db_app):
     labels(dids, T0)
     assert refresh_due(T0, resolver, read_profile, limit=20) == 20
     assert len(reads) == 20
-    assert scalar("SELECT COUNT(*) FROM sync_people WHERE fetched_at = 0") == 5
+    assert sql.scalar("SELECT COUNT(*) FROM sync_people WHERE fetched_at = 0") == 5
     assert refresh_due(T0 + 20, resolver, read_profile, limit=20) == 5
 
 

@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 from tests.conftest import PG_URL
 from tests.test_sync_kit import ALICE, Env
 
+from feather import sql
+
 APPS = ["bluesky", "tangled", "sifa"]
 SUBJECTS = ["did:plc:s1", "did:plc:s2", "did:plc:s3"]
 HOURLY, DAILY = 12, 60
@@ -139,9 +141,8 @@ class World:
     def sweep(self) -> None:
         """The daily sweep, made due now: it lists every app, even records the stream has not delivered."""
         from feather.sync import backfill
-        from feather.sync.store import execute
 
-        execute("UPDATE sync_sets SET next_sweep_at = 0")
+        sql.execute("UPDATE sync_sets SET next_sweep_at = 0")
         backfill.sweep_due(self.env.clock, self.env.settings)
         while backfill.burst(self.pds, self.env.clock):
             pass
@@ -164,15 +165,13 @@ class World:
     deleted_subject: dict = {}
 
     def budget_respected(self) -> bool:
-        from feather.sync.store import rows
-
-        spends = rows("SELECT at, points FROM sync_activity WHERE points > 0 ORDER BY at")
+        spends = sql.rows("SELECT at, points FROM sync_activity WHERE points > 0 ORDER BY at")
         return all(sum(p for a, p in spends if t - 3600 < a <= t) <= HOURLY for t, _ in spends)
 
 
 def converge(world: World):
     from feather.sync import backfill
-    from feather.sync.store import get_set, resume, rows
+    from feather.sync.store import get_set, resume
 
     env = world.env
     env.pds.faults.clear()
@@ -185,8 +184,8 @@ def converge(world: World):
             pass
         env.run(rounds=20)
         world.deliver()
-        idle = not rows("SELECT 1 FROM sync_queue WHERE status = 'pending'") and env.seen == len(env.pds.log)
-        if idle and not rows("SELECT 1 FROM sync_waiting WHERE next_check_at > ?", env.clock()):
+        idle = not sql.rows("SELECT 1 FROM sync_queue WHERE status = 'pending'") and env.seen == len(env.pds.log)
+        if idle and not sql.rows("SELECT 1 FROM sync_waiting WHERE next_check_at > ?", (env.clock(),)):
             break
         env.clock.advance(3 * 86400 if idle else 3600)
 
@@ -221,7 +220,6 @@ def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, op
     from feather.db import db
     from feather.sync.pacer import Budget
     from feather.sync.runner import Runner
-    from feather.sync.store import rows
 
     app = getattr(make_app, "built", None)
     if app is None:  # one app (and one connection pool) for all examples of this test run
@@ -278,8 +276,8 @@ def test_sync_is_safe_under_any_interleaving_and_converges(make_app, initial, op
 
         assert world.violations == []
         assert world.budget_respected()
-        assert rows("SELECT COUNT(*) FROM sync_queue WHERE kind = 'unfollow' AND origin <> 'event'") == [(0,)]
-        assert rows("SELECT COUNT(*) FROM sync_queue WHERE status = 'failed'") == [(0,)]
+        assert sql.rows("SELECT COUNT(*) FROM sync_queue WHERE kind = 'unfollow' AND origin <> 'event'") == [(0,)]
+        assert sql.rows("SELECT COUNT(*) FROM sync_queue WHERE status = 'failed'") == [(0,)]
         for subject in SUBJECTS:
             on = {k for k in APPS if subject in env.pds.records(ALICE, world.by_key[k].follow).values()}
             reachable = {k for k in APPS if env.pds.profile_exists(subject, world.by_key[k].profile)}

@@ -7,6 +7,8 @@ import pytest
 
 from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, TANGLED, env  # noqa: F401
 
+from feather import sql
+
 TANGLED_PROFILE = "sh.tangled.actor.profile"
 
 
@@ -133,7 +135,6 @@ def test_turning_sync_off_and_on_after_a_failure_queues_what_the_preview_promise
 
 def test_an_unexpected_fault_before_the_pds_is_reached_costs_nothing_and_shows(env):
     from feather.sync import service
-    from feather.sync.store import rows
 
     env.pds.add_profile(BOB, TANGLED_PROFILE)
     env.enable(ALICE, ["bluesky", "tangled"])
@@ -146,8 +147,8 @@ def test_an_unexpected_fault_before_the_pds_is_reached_costs_nothing_and_shows(e
 
     env.pds.create_follow = broken
     env.run()
-    assert rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled'") == [("error", 0)]
-    assert rows("SELECT status, attempts, last_error FROM sync_queue") == [
+    assert sql.rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled'") == [("error", 0)]
+    assert sql.rows("SELECT status, attempts, last_error FROM sync_queue") == [
         ("pending", 1, "RuntimeError: Working outside of application context.")]
     assert [a["kind"] for a in service.activity(ALICE)][:1] == ["error"]
     env.pds.create_follow = real
@@ -157,8 +158,6 @@ def test_an_unexpected_fault_before_the_pds_is_reached_costs_nothing_and_shows(e
 
 
 def test_a_write_interrupted_by_a_crash_keeps_its_points_and_is_labelled(env):
-    from feather.sync.store import rows
-
     env.pds.add_profile(BOB, TANGLED_PROFILE)
     env.enable(ALICE, ["bluesky", "tangled"])
     env.follow(ALICE, BSKY, BOB)
@@ -177,7 +176,7 @@ def test_a_write_interrupted_by_a_crash_keeps_its_points_and_is_labelled(env):
     env.pds.create_follow = real
     env.clock.advance(120)  # the dead process's lease expires
     env.run()
-    assert rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled' ORDER BY id") == [
+    assert sql.rows("SELECT kind, points FROM sync_activity WHERE app = 'tangled' ORDER BY id") == [
         ("interrupted", 3), ("follow", 3)]
     assert sorted(env.pds.records(ALICE, TANGLED).values()) == [BOB]
 
@@ -197,7 +196,7 @@ def test_enabling_refuses_plainly_when_the_shard_is_full(env, monkeypatch):
 
 def test_signing_in_again_resumes_a_set_paused_for_its_session_but_not_one_paused_by_its_owner(env):
     from feather.sync import service
-    from feather.sync.store import get_set, pause, rows
+    from feather.sync.store import get_set, pause
 
     env.pds.add_profile(BOB, TANGLED_PROFILE)
     env.enable(ALICE, ["bluesky", "tangled"])
@@ -205,13 +204,13 @@ def test_signing_in_again_resumes_a_set_paused_for_its_session_but_not_one_pause
     env.echo()
     env.pds.faults = ["401"]
     env.run()  # the PDS refused the session: the lane is parked for five minutes
-    assert rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(env.clock() + 300,)]
+    assert sql.rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(env.clock() + 300,)]
     pause(ALICE, "signed out", env.clock())
     env.clock.advance(10)
     assert service.resume_after_sign_in(ALICE, env.clock()) is True
     state = get_set(ALICE)
     assert (state.paused, state.next_sweep_at) == (False, env.clock())
-    assert rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(0,)]
+    assert sql.rows("SELECT not_before FROM sync_queue WHERE status = 'pending'") == [(0,)]
     assert env.run() == 1  # drained at once, not when the park would have ended
     assert list(env.pds.records(ALICE, TANGLED).values()) == [BOB]
     service.configure(ALICE, env.settings, env.clock(), paused=True)
@@ -329,7 +328,6 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
     from feather.process.scheduler import guarded
     from feather.sync.follow_writer import install_writer
     from feather.sync.memory import MemoryPds
-    from feather.sync.store import rows
 
     class ContextWriter(MemoryPds):
         """Like PdsFollowWriter: a write needs the app (the owner's session lives in its extensions)."""
@@ -351,7 +349,7 @@ def test_two_lanes_at_once_write_through_the_scheduled_runner_job(env):
     install_writer(env.app, pds)
     [job] = [j for j in sync.jobs(env.settings) if j.id == "sync-runner"]
     guarded(env.app, job)()  # the scheduler's wrapper: app context and a connection, as in production
-    assert rows("SELECT COUNT(DISTINCT owner_did || app) FROM sync_queue WHERE status = 'done'") == [(4,)]
+    assert sql.rows("SELECT COUNT(DISTINCT owner_did || app) FROM sync_queue WHERE status = 'done'") == [(4,)]
     assert sorted(w[1:3] + (w[4],) for w in pds.writes) == [
         ("did:plc:alice", "sh.tangled.graph.follow", BOB), ("did:plc:alice", "social.grain.graph.follow", BOB),
         ("did:plc:dave", "sh.tangled.graph.follow", CAROL), ("did:plc:dave", "social.grain.graph.follow", CAROL)]
@@ -361,7 +359,6 @@ def test_an_observed_delete_is_remembered_for_the_lookback_and_a_day_then_trimme
     """The delete memory must outlive any replay the consumer can make (a shard resumes up to its
     lookback back): cleanup keeps it max(2 days, lookback + 1 day) after it was seen, not less."""
     from feather.sync import service
-    from feather.sync.store import rows
 
     env.enable(ALICE, ["bluesky", "tangled"])
     env.seen = len(env.pds.log)
@@ -376,7 +373,7 @@ def test_an_observed_delete_is_remembered_for_the_lookback_and_a_day_then_trimme
     assert env.mirror() == []
     assert [q[5] for q in env.queue()] == ["cancelled"]
     assert service.cleanup(seen_at + 4 * 86400 + 1, lookback_us)["tombstones"] == 1
-    assert rows("SELECT COUNT(*) FROM sync_observed_deletes") == [(0,)]
+    assert sql.rows("SELECT COUNT(*) FROM sync_observed_deletes") == [(0,)]
 
 
 def test_an_unfollow_reaches_a_follow_that_failed_for_good_after_its_write_landed(env):
@@ -421,11 +418,10 @@ def test_a_sweep_that_lists_before_a_lagging_delete_arrives_still_propagates_the
     finds the record gone. The delete, when it comes, must still unfollow on Tangled (found by the
     property test: the sweep used to forget the record, and the late delete found nothing)."""
     from feather.sync import backfill, service
-    from feather.sync.store import execute
 
     follow, copy = _bob_followed_on_bluesky_and_copied_to_tangled(env)
     unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)  # not delivered yet: the shard lags
-    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    sql.execute("UPDATE sync_sets SET next_sweep_at = 0")
     assert backfill.sweep_due(env.clock, env.settings) == [ALICE]
     while backfill.burst(env.pds, env.clock):
         pass
@@ -444,12 +440,11 @@ def test_a_newer_follow_a_sweep_mirrored_before_a_lagging_delete_is_propagated_a
     delivers the delete. The delete removes sync's older Tangled copy and cancels what was queued
     for the subject, but the owner's newer Tangled follow stays, so Bluesky gets the follow back."""
     from feather.sync import backfill
-    from feather.sync.store import execute
 
     follow, copy = _bob_followed_on_bluesky_and_copied_to_tangled(env)
     unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)
     again = env.follow(ALICE, TANGLED, BOB)  # neither event delivered yet: the shard lags
-    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    sql.execute("UPDATE sync_sets SET next_sweep_at = 0")
     backfill.sweep_due(env.clock, env.settings)
     while backfill.burst(env.pds, env.clock):
         pass
@@ -467,10 +462,9 @@ def test_a_newer_follow_listed_while_a_delete_lags_is_propagated_once_the_delete
     again on Tangled, then the sweep lists Tangled: Bluesky still looks followed, so nothing is
     queued. When the lagging delete arrives, the owner's newer Tangled follow must reach Bluesky."""
     from feather.sync import backfill
-    from feather.sync.store import execute
 
     follow, copy = _bob_followed_on_bluesky_and_copied_to_tangled(env)
-    execute("UPDATE sync_sets SET next_sweep_at = 0")
+    sql.execute("UPDATE sync_sets SET next_sweep_at = 0")
     backfill.sweep_due(env.clock, env.settings)
     assert backfill.burst(env.pds, env.clock, max_tasks=1) == 1  # Bluesky listed: the follow is there
     unfollow = env.pds.user_unfollow(ALICE, BSKY, follow.rkey)

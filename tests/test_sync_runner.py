@@ -5,13 +5,13 @@ import pytest
 
 from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, SIFA, T0, TANGLED, env  # noqa: F401
 
+from feather import sql
+
 TANGLED_PROFILE = "sh.tangled.actor.profile"
 
 
-def _rows(sql, *params):
-    from feather.sync.store import rows
-
-    return rows(sql, *params)
+def _rows(statement, *params):
+    return sql.rows(statement, params)
 
 
 def _followed(env, owner=ALICE):
@@ -46,9 +46,8 @@ def test_follow_of_a_subject_no_longer_followed_anywhere_is_skipped(env):
     from feather.sync import queue
 
     _followed(env)
-    from feather.sync.store import execute
 
-    execute("DELETE FROM sync_follow_mirror WHERE app = 'bluesky'")
+    sql.execute("DELETE FROM sync_follow_mirror WHERE app = 'bluesky'")
     assert env.run() == 1
     assert env.pds.records(ALICE, TANGLED) == {}
     assert _rows("SELECT status, last_error FROM sync_queue") == [("skipped", "no longer followed on any app")]

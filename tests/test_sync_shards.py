@@ -11,13 +11,13 @@ import zlib
 
 from tests.test_sync_kit import ALICE, BOB, CAROL, DAVE, T0, env  # noqa: F401
 
+from feather import sql
+
 HOUR_US = 3_600_000_000
 
 
-def _q(sql, *params):
-    from feather.sync.store import rows
-
-    return rows(sql, *params)
+def _q(statement, *params):
+    return sql.rows(statement, params)
 
 
 def _settings(env, **values):
@@ -40,12 +40,10 @@ def _shards(env, count: int) -> dict[str, list[str]]:
 
 
 def _save(*cursors) -> None:
-    from feather.sync.store import execute
-
     for name, time_us, seq in cursors:
-        execute("INSERT INTO jetstream_cursor (name, time_us, seq, updated_at) VALUES (?, ?, ?, 0)"
-                " ON CONFLICT (name) DO UPDATE SET time_us = excluded.time_us, seq = excluded.seq",
-                name, time_us, seq)
+        sql.execute("INSERT INTO jetstream_cursor (name, time_us, seq, updated_at) VALUES (?, ?, ?, 0)"
+                    " ON CONFLICT (name) DO UPDATE SET time_us = excluded.time_us, seq = excluded.seq",
+                    (name, time_us, seq))
 
 
 def _cursors() -> list[tuple]:

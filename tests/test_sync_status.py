@@ -9,6 +9,8 @@ import pytest
 
 from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL, T0, Env
 
+from feather import sql
+
 INTERNAL_WORDS = ("backfill_done", "rate_limited", "sending", "did:plc:", "1 follows", " retry.")
 
 
@@ -51,10 +53,9 @@ def app_row(env: Env, key: str) -> dict:
 
 def name(did: str, handle: str, display: str | None = None, now: int = T0) -> None:
     """A filled people-cache row, as the sync-people job leaves it."""
-    from feather.sync.store import execute
 
-    execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at, next_fetch_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)", did, handle, display, now, now, now + 86400)
+    sql.execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at, next_fetch_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)", (did, handle, display, now, now, now + 86400))
 
 
 def enable_with_one_follow_to_write(env: Env) -> None:
@@ -97,12 +98,11 @@ def test_counts_are_pluralised_and_grouped_by_thousands():
 # --- listing progress, in records
 def test_listing_progress_counts_records_against_the_previews_figure(env):
     from feather.sync import backfill, service, status
-    from feather.sync.store import execute
 
     status.remember_following(ALICE, {"complete": True, "apps": [
         {"app": "bluesky", "following": 20000}, {"app": "tangled", "following": 0}]}, T0 - 60)
     service.configure(ALICE, env.settings, T0, apps=["bluesky", "tangled"], enabled=True)
-    execute("UPDATE sync_backfill_tasks SET listed = 3200 WHERE app = 'bluesky'")
+    sql.execute("UPDATE sync_backfill_tasks SET listed = 3200 WHERE app = 'bluesky'")
     assert app_row(env, "bluesky")["listing"] == {
         "status": "listing", "records": 3200, "expected": 20000, "expected_complete": True, "measured_at": T0 - 60,
         "attempts": 0, "error": None, "retry_at": None, "summary": "3,200 of about 20,000 follows listed"}
@@ -111,10 +111,10 @@ def test_listing_progress_counts_records_against_the_previews_figure(env):
     status.remember_following(ALICE, {"complete": False, "apps": [{"app": "bluesky", "following": 5000}]}, T0)
     assert app_row(env, "bluesky")["listing"]["summary"] == "3,200 of more than 5,000 follows listed"
     # No preview figure (a script enabled without one): records so far.
-    execute("DELETE FROM sync_app_counts")
+    sql.execute("DELETE FROM sync_app_counts")
     assert app_row(env, "bluesky")["listing"]["summary"] == "3,200 follows listed so far"
     env.pds.user_follow(ALICE, BSKY, BOB)
-    execute("UPDATE sync_backfill_tasks SET listed = 0")
+    sql.execute("UPDATE sync_backfill_tasks SET listed = 0")
     backfill.burst(env.pds, env.clock)
     assert [a["listing"]["summary"] for a in overview(env)["per_app"]] == ["1 follow listed", "0 follows listed"]
 
@@ -216,12 +216,11 @@ def test_a_follow_that_failed_for_good_stays_listed_with_its_reason(env):
 
 def test_a_follow_waits_for_the_listing_of_its_app(env):
     from feather.sync import service
-    from feather.sync.store import execute
 
     enable_with_one_follow_to_write(env)
     service.configure(ALICE, env.settings, T0, apps=["bluesky", "tangled", "sifa"])  # sifa: a new listing
-    execute("INSERT INTO sync_queue (owner_did, app, kind, subject, origin, status, created_at, updated_at)"
-            " VALUES (?, 'sifa', 'follow', ?, 'event', 'pending', ?, ?)", ALICE, BOB, T0, T0)
+    sql.execute("INSERT INTO sync_queue (owner_did, app, kind, subject, origin, status, created_at, updated_at)"
+                " VALUES (?, 'sifa', 'follow', ?, 'event', 'pending', ?, ?)", (ALICE, BOB, T0, T0))
     nxt = app_row(env, "sifa")["queue"]["next"]
     assert (nxt["at"], nxt["reason"], nxt["message"]) == (
         None, "listing", "Waits until your Sifa follows are listed, so nobody is followed twice.")
@@ -230,11 +229,10 @@ def test_a_follow_waits_for_the_listing_of_its_app(env):
 
 def test_a_paused_set_says_why_and_a_leased_lane_is_writing_now(env):
     from feather.sync import service
-    from feather.sync.store import execute
 
     enable_with_one_follow_to_write(env)
-    execute("INSERT INTO sync_lanes (owner_did, app, leased_by, lease_until) VALUES (?, 'tangled', 'w1', ?)",
-            ALICE, T0 + 30)
+    sql.execute("INSERT INTO sync_lanes (owner_did, app, leased_by, lease_until) VALUES (?, 'tangled', 'w1', ?)",
+                (ALICE, T0 + 30))
     assert overview(env)["next_write"]["message"] == "Writing now: follow Bob (@bob.test) on Tangled."
     service.configure(ALICE, env.settings, T0, paused=True)
     nxt = overview(env)["next_write"]
@@ -311,11 +309,9 @@ def test_a_rate_limit_row_says_until_when(env):
 
 
 def test_a_lane_whose_lease_ends_this_second_is_still_writing_now(env):
-    from feather.sync.store import execute
-
     enable_with_one_follow_to_write(env)
-    execute("INSERT INTO sync_lanes (owner_did, app, leased_by, lease_until) VALUES (?, 'tangled', 'w1', ?)",
-            ALICE, T0)
+    sql.execute("INSERT INTO sync_lanes (owner_did, app, leased_by, lease_until) VALUES (?, 'tangled', 'w1', ?)",
+                (ALICE, T0))
     assert overview(env)["next_write"]["reason"] == "writing"
     env.clock.advance(1)
     assert overview(env)["next_write"]["reason"] == "ready"

@@ -11,6 +11,8 @@ import pytest
 
 from tests.test_sync_kit import ALICE, BOB, BSKY, CAROL
 
+from feather import sql
+
 PAGE = "/u/alice.test/social-graph-sync"
 TANGLED_PROFILE = "sh.tangled.actor.profile"
 BSKY_PROFILE = "app.bsky.actor.profile"
@@ -29,7 +31,6 @@ def sign_in(app, client, did=ALICE, handle="alice.test", kind="password", scope=
     from feather.auth import service
     from feather.auth.grants import Grant
     from feather.auth.web import _hash
-    from feather.sync.store import execute
 
     sid = secrets.token_urlsafe(16)
 
@@ -38,8 +39,8 @@ def sign_in(app, client, did=ALICE, handle="alice.test", kind="password", scope=
             did=did, kind=kind, handle=handle, pds_url="http://127.0.0.1:9", issuer=None,
             scope=scope or ("com.atproto.appPass" if kind == "password" else "atproto"), access="a", refresh="r",
             expires_at=2_000_000_000, dpop_key=None, as_nonce=None, pds_nonce=None, client_kid=None))
-        execute("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                _hash(sid), did, 1, 2_000_000_000)
+        sql.execute("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                    (_hash(sid), did, 1, 2_000_000_000))
 
     in_db(app, store)
     with client.session_transaction() as session:
@@ -70,9 +71,7 @@ def world(make_app):
 
 
 def sync_rows(app, table):
-    from feather.sync.store import rows
-
-    return in_db(app, lambda: rows(f"SELECT * FROM {table}"))
+    return in_db(app, lambda: sql.rows(f"SELECT * FROM {table}"))
 
 
 def test_public_page_describes_the_feature_and_the_safety_rule(client):
@@ -240,7 +239,6 @@ def test_mistakes_come_back_as_a_flash_on_the_page(world):
 
 def test_progress_fragment_polls_only_while_work_is_in_flight(world):
     from feather.sync import backfill, service
-    from feather.sync.store import now_s
 
     app, client, pds = world
     sign_in(app, client)
@@ -251,13 +249,13 @@ def test_progress_fragment_polls_only_while_work_is_in_flight(world):
     assert r.status_code == 200 and "<html" not in body and "hx-get" in body
     assert app_lines(body) == [("Bluesky", ["Listing", "0 follows listed so far", "To write", "Nothing waiting to be written."]),
                                ("Tangled", ["Listing", "0 follows listed so far", "To write", "Nothing waiting to be written."])]
-    in_db(app, lambda: backfill.burst(pds, now_s))
+    in_db(app, lambda: backfill.burst(pds, sql.now_s))
     body = client.get(PAGE + "/progress").get_data(as_text=True)
     assert app_lines(body) == [
         ("Bluesky", ["Listing", "2 follows listed", "To write", "Nothing waiting to be written."]),
         ("Tangled", ["Listing", "0 follows listed", "To write", "2 follows to write. Next write within a few seconds."])]
     assert "<strong>Next write (Tangled):</strong>\n    Next write within a few seconds." in body
-    in_db(app, lambda: service.configure(ALICE, app.config["FEATHER"], now_s(), paused=True))
+    in_db(app, lambda: service.configure(ALICE, app.config["FEATHER"], sql.now_s(), paused=True))
     body = client.get(PAGE + "/progress").get_data(as_text=True)
     assert "hx-get" not in body and "You paused sync." in body
 
@@ -273,7 +271,6 @@ def app_lines(html: str) -> list[tuple[str, list[str]]]:
 def test_the_page_names_people_shows_failures_and_no_did(world):
     from feather.sync import backfill
     from feather.sync.runner import Runner
-    from feather.sync.store import execute, now_s
 
     app, client, pds = world
     sign_in(app, client)
@@ -281,19 +278,18 @@ def test_the_page_names_people_shows_failures_and_no_did(world):
     client.post(PAGE, data={"action": "enable", "confirm": "1", "apps": ["bluesky", "tangled"],
                             "csrf_token": csrf(client)})
     assert "0 of about 2 follows listed" in client.get(PAGE + "/progress").get_data(as_text=True)
-    in_db(app, lambda: backfill.burst(pds, now_s))
-    in_db(app, lambda: execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at,"
-                               " next_fetch_at) VALUES (?, 'bob.test', 'Bob', 1, 1, 1)", BOB))
+    in_db(app, lambda: backfill.burst(pds, sql.now_s))
+    in_db(app, lambda: sql.execute("INSERT INTO sync_people (did, handle, display_name, wanted_at, fetched_at,"
+                                   " next_fetch_at) VALUES (?, 'bob.test', 'Bob', 1, 1, 1)", (BOB,)))
     pds.faults.append("500")
     in_db(app, lambda: Runner(pds, app.config["FEATHER"]).tick(concurrent=False))
     from feather.sync.status import when
-    from feather.sync.store import scalar
 
-    before = now_s()
+    before = sql.now_s()
     body = client.get(PAGE).get_data(as_text=True)
-    after = now_s()  # on a loaded machine the page may render a second or more after the try
+    after = sql.now_s()  # on a loaded machine the page may render a second or more after the try
     assert "did:plc:" not in body
-    retry_at = in_db(app, lambda: scalar("SELECT not_before FROM sync_queue WHERE subject = ?", BOB))
+    retry_at = in_db(app, lambda: sql.scalar("SELECT not_before FROM sync_queue WHERE subject = ?", (BOB,)))
     failure = "Could not follow Bob (@bob.test) on Tangled (try 1 of 5): internal error. Trying again at {}."
     rendered = {failure.format(when(retry_at, now)) for now in range(before, after + 1)}
     problems = re.search(r'<div class="problems">.*?</div>', body, re.S).group(0)
@@ -312,17 +308,15 @@ def test_pages_404_when_the_instance_offers_fewer_than_two_apps(make_app):
 
 
 def test_an_unfollow_that_failed_for_good_is_counted_as_a_change_not_a_follow(world):
-    from feather.sync.store import execute, now_s
-
     app, client, pds = world
     sign_in(app, client)
     client.post(PAGE, data={"action": "enable", "confirm": "1", "apps": ["bluesky", "tangled"],
                             "csrf_token": csrf(client)})
-    now = now_s()
-    in_db(app, lambda: execute(
+    now = sql.now_s()
+    in_db(app, lambda: sql.execute(
         "INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, attempts, last_error,"
         " created_at, updated_at) VALUES (?, 'tangled', 'unfollow', ?, '3kfailedunf22', 'event', 'failed', 5,"
-        " 'internal error', ?, ?)", ALICE, BOB, now, now))
+        " 'internal error', ?, ?)", (ALICE, BOB, now, now)))
     body = client.get(PAGE + "/progress").get_data(as_text=True)
     assert app_lines(body)[1] == ("Tangled", ["Listing", "0 follows listed so far", "To write",
                                               "Nothing waiting to be written.", "Failed",

@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 
 import click
 
+from feather import sql
 from feather.auth.grants import NeedsReauth
 from feather.auth.service import AuthService, SignInError, declare_scopes
 from feather.auth.web import Account, current_account, known_account
@@ -129,13 +130,11 @@ def new_client_key() -> None:
 def cleanup() -> None:
     """Drop expired sign-in requests, browser sessions and rate buckets."""
     from feather.auth.service import REQUEST_TTL_SECS
-    from feather.db import current_dialect, db
 
-    now = int(time.time())
-    q = current_dialect().q
-    db.execute_sql(q("DELETE FROM auth_oauth_request WHERE created_at < ?"), (now - REQUEST_TTL_SECS,))
-    db.execute_sql(q("DELETE FROM auth_web_session WHERE expires_at < ?"), (now,))
-    db.execute_sql(q("DELETE FROM auth_rate WHERE expires_at < ?"), (now,))
+    now = sql.now_s()
+    sql.execute("DELETE FROM auth_oauth_request WHERE created_at < ?", (now - REQUEST_TTL_SECS,))
+    sql.execute("DELETE FROM auth_web_session WHERE expires_at < ?", (now,))
+    sql.execute("DELETE FROM auth_rate WHERE expires_at < ?", (now,))
 
 
 def jobs(settings) -> list:

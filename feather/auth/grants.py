@@ -17,12 +17,11 @@ from urllib.parse import urlsplit
 
 from joserfc.jwk import ECKey
 
-from feather import locks
+from feather import locks, sql
 from feather.atproto.pds import Auth, AuthInvalid, ServerError
 from feather.auth import dpop
 from feather.auth.oauth import InvalidGrant, OAuthError
 from feather.auth.seal import SealError, Sealer
-from feather.db import current_dialect, db
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +75,12 @@ class GrantStore:
     def __init__(self, sealer: Sealer, refreshers: dict[str, Refresher], clock: Callable[[], float] = time.time):
         self.sealer, self.refreshers, self.clock = sealer, refreshers, clock
 
-    def _sql(self, sql: str, params=()):
-        return db.execute_sql(current_dialect().q(sql), params)
-
     def save(self, grant: Grant) -> None:
         """Insert or replace the account's grant; a new grant voids any refresh lease on the old one."""
         now = int(self.clock())
         s, d = self.sealer.seal, grant.did
         key = s(dpop.key_to_json(grant.dpop_key), f"{d}:dpop") if grant.dpop_key else None
-        self._sql(
+        sql.execute(
             "INSERT INTO auth_grant (did, kind, handle, pds_url, issuer, scope, access_enc, refresh_enc, expires_at,"
             " dpop_key_enc, as_nonce, pds_nonce, client_kid, status, status_reason, lease_owner, lease_until,"
             " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'active',NULL,NULL,NULL,?,?)"
@@ -98,7 +94,7 @@ class GrantStore:
              grant.client_kid, now, now))
 
     def load(self, did: str) -> Grant | None:
-        row = self._sql(f"SELECT {_COLUMNS} FROM auth_grant WHERE did = ?", (did,)).fetchone()
+        row = sql.execute(f"SELECT {_COLUMNS} FROM auth_grant WHERE did = ?", (did,)).fetchone()
         if row is None:
             return None
         (did, kind, handle, pds_url, issuer, scope, access_enc, refresh_enc, expires_at, key_enc, as_nonce,
@@ -116,15 +112,15 @@ class GrantStore:
                      pds_nonce, kid, status, reason, int(updated_at))
 
     def delete(self, did: str) -> None:
-        self._sql("DELETE FROM auth_grant WHERE did = ?", (did,))
+        sql.execute("DELETE FROM auth_grant WHERE did = ?", (did,))
 
     def mark_needs_reauth(self, did: str, reason: str) -> None:
-        self._sql("UPDATE auth_grant SET status = 'needs_reauth', status_reason = ?, lease_owner = NULL,"
-                  " lease_until = NULL, updated_at = ? WHERE did = ?", (reason, int(self.clock()), did))
+        sql.execute("UPDATE auth_grant SET status = 'needs_reauth', status_reason = ?, lease_owner = NULL,"
+                    " lease_until = NULL, updated_at = ? WHERE did = ?", (reason, int(self.clock()), did))
 
     def save_nonce(self, did: str, column: str, nonce: str) -> None:
         assert column in ("as_nonce", "pds_nonce")
-        self._sql(f"UPDATE auth_grant SET {column} = ? WHERE did = ?", (nonce, did))
+        sql.execute(f"UPDATE auth_grant SET {column} = ? WHERE did = ?", (nonce, did))
 
     def usable(self, did: str) -> Grant:
         grant = self.load(did)
@@ -153,8 +149,9 @@ class GrantStore:
             if done(grant):
                 return grant
             now = int(self.clock())
-            took = self._sql("UPDATE auth_grant SET lease_owner = ?, lease_until = ? WHERE did = ? AND status = 'active'"
-                             " AND (lease_until IS NULL OR lease_until < ?)", (owner, now + LEASE_SECS, did, now))
+            took = sql.execute("UPDATE auth_grant SET lease_owner = ?, lease_until = ? WHERE did = ?"
+                               " AND status = 'active'"
+                               " AND (lease_until IS NULL OR lease_until < ?)", (owner, now + LEASE_SECS, did, now))
             if took.rowcount == 1 or self._take_from_gone_holder(did, owner, now):
                 break
             if time.monotonic() > deadline:
@@ -169,13 +166,13 @@ class GrantStore:
             except InvalidGrant as e:
                 log.info("grant of %s is dead (%s); marking needs-reauth", did, e.error)
                 reason = reauth_message(grant.pds_url)
-                self._sql("UPDATE auth_grant SET status = 'needs_reauth', status_reason = ?, updated_at = ?"
-                          " WHERE did = ? AND lease_owner = ?", (reason, int(self.clock()), did, owner))
+                sql.execute("UPDATE auth_grant SET status = 'needs_reauth', status_reason = ?, updated_at = ?"
+                            " WHERE did = ? AND lease_owner = ?", (reason, int(self.clock()), did, owner))
                 raise NeedsReauth(reason, status=401) from None
             except OAuthError as e:
                 raise ServerError(f"Could not renew the session: {e.message}") from None
             s = self.sealer.seal
-            saved = self._sql(
+            saved = sql.execute(
                 "UPDATE auth_grant SET access_enc = ?, refresh_enc = ?, expires_at = ?, scope = ?,"
                 " as_nonce = COALESCE(?, as_nonce), updated_at = ? WHERE did = ? AND lease_owner = ?",
                 (s(access, f"{did}:access"), s(refresh, f"{did}:refresh"), expires_at, scope, as_nonce,
@@ -185,17 +182,18 @@ class GrantStore:
                 log.warning("grant of %s changed during a refresh; discarding the refreshed tokens", did)
             return self.usable(did)
         finally:
-            self._sql("UPDATE auth_grant SET lease_owner = NULL, lease_until = NULL WHERE did = ? AND lease_owner = ?",
-                      (did, owner))
+            sql.execute("UPDATE auth_grant SET lease_owner = NULL, lease_until = NULL WHERE did ="
+                        " ? AND lease_owner = ?",
+                        (did, owner))
 
     def _take_from_gone_holder(self, did: str, owner: str, now: int) -> bool:
         """A lease whose holder was killed on this machine (locks.gone) is taken at once rather
         than waited out: otherwise the owner's every request waits up to LEASE_SECS after a crash."""
-        row = self._sql("SELECT lease_owner FROM auth_grant WHERE did = ? AND status = 'active'", (did,)).fetchone()
+        row = sql.execute("SELECT lease_owner FROM auth_grant WHERE did = ? AND status = 'active'", (did,)).fetchone()
         if row is None or not locks.gone(row[0]):
             return False
-        took = self._sql("UPDATE auth_grant SET lease_owner = ?, lease_until = ? WHERE did = ? AND status = 'active'"
-                         " AND lease_owner = ?", (owner, now + LEASE_SECS, did, row[0]))
+        took = sql.execute("UPDATE auth_grant SET lease_owner = ?, lease_until = ? WHERE did = ? AND status = 'active'"
+                           " AND lease_owner = ?", (owner, now + LEASE_SECS, did, row[0]))
         if took.rowcount == 1:
             log.warning("took the session refresh lease of %s from %s at once: that process is gone", did, row[0])
         return took.rowcount == 1

@@ -10,13 +10,10 @@ from __future__ import annotations
 import logging
 import time
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 
 log = logging.getLogger(__name__)
-
-
-def _sql(sql: str, params=()):
-    return db.execute_sql(current_dialect().q(sql), params)
 
 
 def _when(ts) -> str:
@@ -24,13 +21,13 @@ def _when(ts) -> str:
 
 
 def _grant_row(did: str):
-    return _sql("SELECT kind, handle, pds_url, scope, status, created_at, updated_at FROM auth_grant"
-                " WHERE did = ?", (did,)).fetchone()
+    return sql.execute("SELECT kind, handle, pds_url, scope, status, created_at, updated_at FROM auth_grant"
+                       " WHERE did = ?", (did,)).fetchone()
 
 
 def _sessions(did: str) -> list[tuple[int, int]]:
-    return _sql("SELECT created_at, expires_at FROM auth_web_session WHERE did = ? ORDER BY created_at",
-                (did,)).fetchall()
+    return sql.execute("SELECT created_at, expires_at FROM auth_web_session WHERE did = ? ORDER BY created_at",
+                       (did,)).fetchall()
 
 
 def describe(did: str) -> list[str]:
@@ -70,8 +67,8 @@ def delete(did: str, service) -> None:
         log.warning("auth: revoking a deleted account's session at its server failed", exc_info=True)
     with db.atomic():
         service.grants.delete(did)
-        _sql("DELETE FROM auth_web_session WHERE did = ?", (did,))
-        _sql("DELETE FROM auth_oauth_request WHERE did = ? OR expect_did = ?", (did, did))
+        sql.execute("DELETE FROM auth_web_session WHERE did = ?", (did,))
+        sql.execute("DELETE FROM auth_oauth_request WHERE did = ? OR expect_did = ?", (did, did))
 
 
 def register(app) -> None:

@@ -12,13 +12,13 @@ import time
 from typing import Mapping
 from urllib.parse import urlsplit
 
+from feather import sql
 from feather.atproto.identity import IdentityError, IdentityResolver, http_client_from_settings, resolver_from_settings
 from feather.atproto.pds import PdsClient
 from feather.auth import dpop
 from feather.auth.grants import Grant, GrantAuth, GrantStore, NeedsReauth
 from feather.auth.oauth import ClientConfig, InvalidGrant, OAuthClient, OAuthError
 from feather.auth.seal import Sealer
-from feather.db import current_dialect, db
 from feather.outbound import GuardedClient, NetError
 from feather.parsing import loads_limited
 
@@ -63,9 +63,6 @@ class AuthService:
             self._oauth = OAuthClient(self.http, ClientConfig.from_settings(self.settings, _DECLARED))
         return self._oauth
 
-    def _sql(self, sql: str, params=()):
-        return db.execute_sql(current_dialect().q(sql), params)
-
     # --- OAuth
     def start_oauth(self, identifier: str, *, extra_scopes: tuple[str, ...] = (), next_url: str | None = None,
                     expect_did: str | None = None) -> tuple[str, str]:
@@ -106,20 +103,20 @@ class AuthService:
         except OAuthError as e:
             raise SignInError(e.message) from None
         now = int(self.clock())
-        self._sql("DELETE FROM auth_oauth_request WHERE created_at < ?", (now - REQUEST_TTL_SECS,))
-        self._sql("INSERT INTO auth_oauth_request (state, issuer, did, handle, scope, verifier_enc, dpop_key_enc,"
-                  " as_nonce, expect_did, next_url, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                  (state, server.issuer, did, handle, scope, self.sealer.seal(verifier, f"req:{state}"),
-                   self.sealer.seal(dpop.key_to_json(key), f"req:{state}:dpop"), nonce, expect_did, next_url, now))
+        sql.execute("DELETE FROM auth_oauth_request WHERE created_at < ?", (now - REQUEST_TTL_SECS,))
+        sql.execute("INSERT INTO auth_oauth_request (state, issuer, did, handle, scope, verifier_enc, dpop_key_enc,"
+                    " as_nonce, expect_did, next_url, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (state, server.issuer, did, handle, scope, self.sealer.seal(verifier, f"req:{state}"),
+                     self.sealer.seal(dpop.key_to_json(key), f"req:{state}:dpop"), nonce, expect_did, next_url, now))
         return self.oauth.authorize_url(server, request_uri), state
 
     def finish_oauth(self, args: Mapping[str, str]) -> tuple[str, str | None]:
         """Complete the callback; returns (did, next_url). Every check failing raises SignInError."""
         state = args.get("state") or ""
-        row = self._sql("SELECT issuer, did, scope, verifier_enc, dpop_key_enc, as_nonce, expect_did, next_url,"
-                        " created_at FROM auth_oauth_request WHERE state = ?", (state,)).fetchone()
+        row = sql.execute("SELECT issuer, did, scope, verifier_enc, dpop_key_enc, as_nonce, expect_did, next_url,"
+                          " created_at FROM auth_oauth_request WHERE state = ?", (state,)).fetchone()
         # Deleting first makes the state single-use even if two callbacks race.
-        if row is None or self._sql("DELETE FROM auth_oauth_request WHERE state = ?", (state,)).rowcount != 1 \
+        if row is None or sql.execute("DELETE FROM auth_oauth_request WHERE state = ?", (state,)).rowcount != 1 \
                 or row[8] < self.clock() - REQUEST_TTL_SECS:
             raise SignInError("This sign-in link has expired or was already used. Please start again.")
         issuer, did, _scope, verifier_enc, key_enc, nonce, expect_did, next_url, _ = row

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
 from dataclasses import dataclass
 
 from flask import current_app, g, session
 
-from feather.db import current_dialect, db
+from feather import sql
 
 RATE_WINDOW_SECS = 300
 
@@ -25,10 +24,6 @@ class Account:
         return f"@{self.handle}" if self.handle else self.did
 
 
-def _sql(sql: str, params=()):
-    return db.execute_sql(current_dialect().q(sql), params)
-
-
 def _hash(sid: str) -> str:
     # Only the hash is stored: a copy of the table does not let anyone wear the cookies.
     return hashlib.sha256(sid.encode()).hexdigest()
@@ -36,11 +31,11 @@ def _hash(sid: str) -> str:
 
 def start_session(did: str) -> None:
     settings = current_app.config["FEATHER"]
-    now = int(time.time())
+    now = sql.now_s()
     sid = secrets.token_urlsafe(32)
-    _sql("DELETE FROM auth_web_session WHERE expires_at < ?", (now,))
-    _sql("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)",
-         (_hash(sid), did, now, now + settings.featherreader_session_days * 86400))
+    sql.execute("DELETE FROM auth_web_session WHERE expires_at < ?", (now,))
+    sql.execute("INSERT INTO auth_web_session (id_hash, did, created_at, expires_at) VALUES (?,?,?,?)",
+                (_hash(sid), did, now, now + settings.featherreader_session_days * 86400))
     # A new cookie (and CSRF token) at sign-in: nothing from before sign-in carries over.
     session.clear()
     session.permanent = True  # lifetime: PERMANENT_SESSION_LIFETIME, set from the settings in init_app
@@ -51,7 +46,7 @@ def start_session(did: str) -> None:
 def end_session() -> None:
     sid = session.get("sid")
     if sid:
-        _sql("DELETE FROM auth_web_session WHERE id_hash = ?", (_hash(sid),))
+        sql.execute("DELETE FROM auth_web_session WHERE id_hash = ?", (_hash(sid),))
     session.clear()
     g.pop("auth_account", None)
 
@@ -63,9 +58,9 @@ def current_account() -> Account | None:
     account = None
     sid = session.get("sid")
     if sid:
-        row = _sql("SELECT s.did, s.expires_at, gr.handle, gr.status, gr.status_reason FROM auth_web_session s"
-                   " LEFT JOIN auth_grant gr ON gr.did = s.did WHERE s.id_hash = ?", (_hash(sid),)).fetchone()
-        if row is not None and row[1] >= time.time():
+        row = sql.execute("SELECT s.did, s.expires_at, gr.handle, gr.status, gr.status_reason FROM auth_web_session s"
+                          " LEFT JOIN auth_grant gr ON gr.did = s.did WHERE s.id_hash = ?", (_hash(sid),)).fetchone()
+        if row is not None and row[1] >= sql.now_s():
             did, _, handle, status, reason = row
             needs = status != "active"
             message = (reason or "Please sign in again.") if needs else None
@@ -76,18 +71,18 @@ def current_account() -> Account | None:
 
 def over_rate_limit(key: str, limit: int, now: float | None = None) -> bool:
     """Count one attempt for key in the current window; True when it is over the limit."""
-    now = int(time.time() if now is None else now)
+    now = int(sql.now_s() if now is None else now)
     window = now - now % RATE_WINDOW_SECS
     bucket = f"{key}|{window}"
-    _sql("DELETE FROM auth_rate WHERE expires_at < ?", (now,))
-    _sql("INSERT INTO auth_rate (bucket, hits, expires_at) VALUES (?, 1, ?)"
-         " ON CONFLICT (bucket) DO UPDATE SET hits = auth_rate.hits + 1", (bucket, window + RATE_WINDOW_SECS))
-    hits = _sql("SELECT hits FROM auth_rate WHERE bucket = ?", (bucket,)).fetchone()[0]
+    sql.execute("DELETE FROM auth_rate WHERE expires_at < ?", (now,))
+    sql.execute("INSERT INTO auth_rate (bucket, hits, expires_at) VALUES (?, 1, ?)"
+                " ON CONFLICT (bucket) DO UPDATE SET hits = auth_rate.hits + 1", (bucket, window + RATE_WINDOW_SECS))
+    hits = sql.execute("SELECT hits FROM auth_rate WHERE bucket = ?", (bucket,)).fetchone()[0]
     return hits > limit
 
 
 def known_account(handle_or_did: str) -> tuple[str, str | None] | None:
     """(did, handle) of an account that signed in here, by handle or DID; None for anyone else."""
-    row = _sql("SELECT did, handle FROM auth_grant WHERE did = ? OR handle = ?",
-               (handle_or_did, handle_or_did)).fetchone()
+    row = sql.execute("SELECT did, handle FROM auth_grant WHERE did = ? OR handle = ?",
+                      (handle_or_did, handle_or_did)).fetchone()
     return (row[0], row[1]) if row else None

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
+
 log = logging.getLogger(__name__)
 
 RUNNER_SECS = 5.0
@@ -49,9 +51,8 @@ def init_app(app) -> None:
 def _resume_on_sign_in(did: str) -> None:
     """feather/auth calls this after a sign-in (inside the request, with its connection)."""
     from feather.sync.service import resume_after_sign_in
-    from feather.sync.store import now_s
 
-    if resume_after_sign_in(did, now_s()):
+    if resume_after_sign_in(did, sql.now_s()):
         log.info("sync: resumed %s after a new sign-in", did)
 
 
@@ -75,10 +76,9 @@ def _on_gap(name: str):
                     "lost, follows will be recovered by the sweep", name, saved_time_us)
         try:
             from feather.db import db
-            from feather.sync.store import execute
 
             with db.connection_context():
-                execute("UPDATE sync_sets SET next_sweep_at = 0 WHERE enabled = 1")
+                sql.execute("UPDATE sync_sets SET next_sweep_at = 0 WHERE enabled = 1")
         except Exception:
             log.exception("sync %s: could not schedule sweeps after a gap", name)
     return report
@@ -137,13 +137,12 @@ def jobs(settings) -> list:
     from feather.sync import backfill, people, service
     from feather.sync.follow_writer import app_writer
     from feather.sync.runner import Runner
-    from feather.sync.store import now_s
 
     lookback = settings.sync_jetstream_max_lookback_us
-    out = [Job("sync-cleanup", lambda: service.cleanup(now_s(), lookback), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
-           Job("sync-sweep", lambda: backfill.sweep_due(now_s, settings), SWEEP_SECS, jitter=30.0,
+    out = [Job("sync-cleanup", lambda: service.cleanup(sql.now_s(), lookback), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
+           Job("sync-sweep", lambda: backfill.sweep_due(sql.now_s, settings), SWEEP_SECS, jitter=30.0,
                first_run_delay=120.0)]
-    out.append(Job("sync-people", lambda: people.refresh_due(now_s()), people.RUN_SECS, jitter=5.0, first_run_delay=30.0))
+    out.append(Job("sync-people", lambda: people.refresh_due(sql.now_s()), people.RUN_SECS, jitter=5.0, first_run_delay=30.0))
 
     def writer():
         return app_writer(current_app)
@@ -154,7 +153,7 @@ def jobs(settings) -> list:
 
     def burst() -> None:
         if writer() is not None:
-            backfill.burst(writer(), now_s)
+            backfill.burst(writer(), sql.now_s)
 
     # Not claimed: every worker process ticks its runner; lane leases (lanes.lease_lanes) keep the
     # total at MAX_LANES across the cluster.

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, g, jsonify, request
 
+from feather import sql
 from feather.errors import ApiError
 from feather.security import csrf
 from feather.sync import apps as registry
 from feather.sync import service, status
 from feather.sync.follow_writer import app_writer
-from feather.sync.store import now_s
 
 bp = Blueprint("sync_api", __name__, url_prefix="/api/sync")
 csrf.exempt(bp)
@@ -83,7 +83,7 @@ def post_state():
                        "Sync needs permission to create and delete follow records on the chosen apps. Sign in on "
                        "the web and turn sync on from your page once; scripts can use it after that.")
     try:
-        return jsonify(service.configure(owner, settings, now_s(), **change))
+        return jsonify(service.configure(owner, settings, sql.now_s(), **change))
     except ValueError as exc:
         raise ApiError(400, "InvalidRequest", str(exc)) from None
 
@@ -117,7 +117,7 @@ def get_preview():
         result = preview.compute(g.sync_owner, keys, settings, reader)
     except PdsError as exc:
         raise ApiError(502, "UpstreamFailure", f"Your PDS did not answer the listing: {exc}") from None
-    status.remember_following(g.sync_owner, result, now_s())  # the "of about N" of the listing to come
+    status.remember_following(g.sync_owner, result, sql.now_s())  # the "of about N" of the listing to come
     return jsonify(result)
 
 

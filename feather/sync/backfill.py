@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from feather import sql
 from feather.atproto.syntax import is_valid_did
 from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import pacer, queue
-from feather.sync.store import execute, get_set, record_activity, rows, scalar
+from feather.sync.store import get_set, record_activity
 from feather.sync.follow_writer import FollowWriter, PdsError
 
 log = logging.getLogger(__name__)
@@ -29,21 +30,23 @@ RETRY_CAP_SECS = 3600  # listing never gives up (it is resumable); it just waits
 def start_run(owner: str, app_keys, kind: str, now: int) -> int:
     """Queue a listing task per app (skipping apps already being listed); the run number."""
     if kind == "backfill":
-        execute("UPDATE sync_sets SET backfill_run = backfill_run + 1, backfill_total = 0 WHERE owner_did = ?", owner)
-    run = scalar("SELECT backfill_run FROM sync_sets WHERE owner_did = ?", owner, default=0)
-    busy = {r[0] for r in rows("SELECT app FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'"
-                               " AND kind = ?", owner, kind)}
+        sql.execute("UPDATE sync_sets SET backfill_run = backfill_run + 1, backfill_total = 0 WHERE owner_did = ?",
+                    (owner,))
+    run = sql.scalar("SELECT backfill_run FROM sync_sets WHERE owner_did = ?", (owner,), default=0)
+    busy = {r[0] for r in sql.rows("SELECT app FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'"
+                                   " AND kind = ?", (owner, kind))}
     added = 0
     for key in app_keys:
         if key in busy:
-            execute("UPDATE sync_backfill_tasks SET run = ? WHERE owner_did = ? AND app = ? AND status = 'pending'",
-                    run, owner, key)
+            sql.execute("UPDATE sync_backfill_tasks SET run = ? WHERE owner_did = ? AND app = ? AND status = 'pending'",
+                        (run, owner, key))
         else:
-            execute("INSERT INTO sync_backfill_tasks (owner_did, run, app, kind, started_at) VALUES (?, ?, ?, ?, ?)",
-                    owner, run, key, kind, now)
+            sql.execute("INSERT INTO sync_backfill_tasks (owner_did, run, app, kind, started_at)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (owner, run, key, kind, now))
         added += 1
     if kind == "backfill":
-        execute("UPDATE sync_sets SET backfill_total = ? WHERE owner_did = ?", added, owner)
+        sql.execute("UPDATE sync_sets SET backfill_total = ? WHERE owner_did = ?", (added, owner))
     return run
 
 
@@ -51,9 +54,9 @@ def progress(owner: str) -> dict:
     sync_set = get_set(owner)
     if sync_set is None or not sync_set.backfill_run:
         return {"listed": 0, "total": 0, "done": False, "records": 0}
-    listed, records = execute(
+    listed, records = sql.execute(
         "SELECT COUNT(CASE WHEN status = 'done' THEN 1 END), COALESCE(SUM(listed), 0) FROM sync_backfill_tasks"
-        " WHERE owner_did = ? AND run = ? AND kind = 'backfill'", owner, sync_set.backfill_run).fetchone()
+        " WHERE owner_did = ? AND run = ? AND kind = 'backfill'", (owner, sync_set.backfill_run)).fetchone()
     return {"listed": listed, "total": sync_set.backfill_total,
             "done": sync_set.union_run >= sync_set.backfill_run, "records": int(records)}
 
@@ -76,10 +79,10 @@ def _store_page(task, page: list[tuple[str, str]], next_cursor: str | None, now:
         elif known is not None and known[1] in ("pending", "failed", "dropped"):
             queue.set_mirror_state(owner, app, rkey, "live", now)  # the record is there after all
     # A page that arrived clears the last failure: the page shows listing trouble only while it lasts.
-    execute("UPDATE sync_backfill_tasks SET cursor = ?, listed = listed + ?, attempts = 0, last_error = NULL"
-            " WHERE id = ?", next_cursor, len(page), task_id)
+    sql.execute("UPDATE sync_backfill_tasks SET cursor = ?, listed = listed + ?, attempts = 0, last_error = NULL"
+                " WHERE id = ?", (next_cursor, len(page), task_id))
     if next_cursor is None:
-        execute("UPDATE sync_backfill_tasks SET status = 'done', finished_at = ? WHERE id = ?", now, task_id)
+        sql.execute("UPDATE sync_backfill_tasks SET status = 'done', finished_at = ? WHERE id = ?", (now, task_id))
         # Backfill too: a set turned off and on again kept mirror rows of records deleted meanwhile,
         # and those must not count as followed (the preview, which lists afresh, does not count them).
         _drop_gone(owner, app, started_at, now)
@@ -91,29 +94,30 @@ def _drop_gone(owner: str, app: str, started_at: int, now: int) -> int:
     They stop counting as follows but stay, as 'dropped', until the cleanup: the stream may not have
     delivered the record's delete yet (a lagging or reconnecting shard), and that delete is still an
     unfollow to propagate (the handler finds its subject here). Nothing is deleted anywhere."""
-    return execute("UPDATE sync_follow_mirror SET state = 'dropped', last_seen_at = ? WHERE owner_did = ? AND app = ?"
-                   " AND last_seen_at < ? AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey"
-                   " FROM sync_queue WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
-                   now, owner, app, started_at, owner, app).rowcount
+    return sql.execute("UPDATE sync_follow_mirror SET state = 'dropped', last_seen_at = ? WHERE"
+                       " owner_did = ? AND app = ?"
+                       " AND last_seen_at < ? AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey"
+                       " FROM sync_queue WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
+                       (now, owner, app, started_at, owner, app)).rowcount
 
 
 def union(owner: str, now: int) -> int:
     """Once per run, when all its listings are done: follow every subject on every app lacking it."""
-    run = scalar("SELECT backfill_run FROM sync_sets WHERE owner_did = ?", owner, default=0)
-    claimed = execute(
+    run = sql.scalar("SELECT backfill_run FROM sync_sets WHERE owner_did = ?", (owner,), default=0)
+    claimed = sql.execute(
         "UPDATE sync_sets SET union_run = backfill_run WHERE owner_did = ? AND union_run < backfill_run"
         " AND NOT EXISTS (SELECT 1 FROM sync_backfill_tasks t WHERE t.owner_did = ? AND t.run = ?"
-        " AND t.kind = 'backfill' AND t.status <> 'done')", owner, owner, run).rowcount
+        " AND t.kind = 'backfill' AND t.status <> 'done')", (owner, owner, run)).rowcount
     if not claimed:
         return 0
     sync_set = get_set(owner)
     followed: dict[str, set[str]] = {}
     cause: dict[str, int] = {}  # the newest record of the subject: what the new follows stand for
-    for subject, app, born in rows("SELECT subject, app, born_us FROM sync_follow_mirror WHERE owner_did = ?"
-                                   " AND state IN ('live', 'pending') ORDER BY subject", owner):
+    for subject, app, born in sql.rows("SELECT subject, app, born_us FROM sync_follow_mirror WHERE owner_did = ?"
+                                       " AND state IN ('live', 'pending') ORDER BY subject", (owner,)):
         followed.setdefault(subject, set()).add(app)
         cause[subject] = max(cause.get(subject, 0), born)
-    waiting = set(rows("SELECT subject, app FROM sync_waiting WHERE owner_did = ?", owner))
+    waiting = set(sql.rows("SELECT subject, app FROM sync_waiting WHERE owner_did = ?", (owner,)))
     queued = 0
     for subject, have in followed.items():
         for app in sync_set.apps:
@@ -127,21 +131,22 @@ def burst(writer: FollowWriter, clock: Callable[[], int], max_tasks: int = BURST
           pages: int = BURST_PAGES) -> int:
     """Work the due listing tasks a few pages each; the number of pages stored."""
     now = clock()
-    due = rows("SELECT t.id, t.owner_did, t.app, t.kind, t.started_at FROM sync_backfill_tasks t"
-               " JOIN sync_sets s ON s.owner_did = t.owner_did WHERE t.status = 'pending' AND t.not_before <= ?"
-               " AND s.enabled = 1 ORDER BY t.id LIMIT ?", now, max_tasks)
+    due = sql.rows("SELECT t.id, t.owner_did, t.app, t.kind, t.started_at FROM sync_backfill_tasks t"
+                   " JOIN sync_sets s ON s.owner_did = t.owner_did WHERE t.status = 'pending' AND t.not_before <= ?"
+                   " AND s.enabled = 1 ORDER BY t.id LIMIT ?", (now, max_tasks))
     stored = 0
     for task in due:
         task_id, owner, app = task[0], task[1], task[2]
         for _ in range(pages):
-            cursor = scalar("SELECT cursor FROM sync_backfill_tasks WHERE id = ?", task_id)
+            cursor = sql.scalar("SELECT cursor FROM sync_backfill_tasks WHERE id = ?", (task_id,))
             try:
                 page, next_cursor = writer.list_follows(owner, registry.BY_KEY[app].follow, cursor)
             except PdsError as exc:
-                attempts = scalar("SELECT attempts FROM sync_backfill_tasks WHERE id = ?", task_id, default=0) + 1
+                attempts = sql.scalar("SELECT attempts FROM sync_backfill_tasks WHERE id = ?",
+                                      (task_id,), default=0) + 1
                 wait = min(RETRY_CAP_SECS, pacer.backoff_secs(attempts))
-                execute("UPDATE sync_backfill_tasks SET attempts = ?, not_before = ?, last_error = ? WHERE id = ?",
-                        attempts, clock() + wait, str(exc)[:500], task_id)
+                sql.execute("UPDATE sync_backfill_tasks SET attempts = ?, not_before = ?, last_error = ? WHERE id = ?",
+                            (attempts, clock() + wait, str(exc)[:500], task_id))
                 break
             with db.atomic():
                 _store_page(task, page, next_cursor, clock())
@@ -161,7 +166,7 @@ def sweep_due(clock: Callable[[], int], settings, limit: int = 50) -> list[str]:
         with db.atomic():
             sync_set = get_set(owner)
             start_run(owner, sync_set.apps, "sweep", now)
-            execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", now + pacer.DAY, owner)
+            sql.execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", (now + pacer.DAY, owner))
             started.append(owner)
     recheck_waiting(now)
     return started
@@ -169,11 +174,12 @@ def sweep_due(clock: Callable[[], int], settings, limit: int = 50) -> list[str]:
 
 def recheck_waiting(now: int, limit: int = 500) -> int:
     """A due wait becomes a queued follow again; the runner's profile check decides once more."""
-    due = rows("SELECT w.owner_did, w.app, w.subject, w.cause_us FROM sync_waiting w JOIN sync_sets s"
-               " ON s.owner_did = w.owner_did WHERE w.next_check_at <= ? AND s.enabled = 1 AND s.paused = 0"
-               " ORDER BY w.next_check_at LIMIT ?", now, limit)
+    due = sql.rows("SELECT w.owner_did, w.app, w.subject, w.cause_us FROM sync_waiting w JOIN sync_sets s"
+                   " ON s.owner_did = w.owner_did WHERE w.next_check_at <= ? AND s.enabled = 1 AND s.paused = 0"
+                   " ORDER BY w.next_check_at LIMIT ?", (now, limit))
     for owner, app, subject, cause_us in due:
         with db.atomic():
-            execute("DELETE FROM sync_waiting WHERE owner_did = ? AND app = ? AND subject = ?", owner, app, subject)
+            sql.execute("DELETE FROM sync_waiting WHERE owner_did = ? AND app = ? AND subject = ?",
+                        (owner, app, subject))
             queue.enqueue_follow(owner, app, subject, "recheck", now, cause_us=cause_us)
     return len(due)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
 from feather.atproto.syntax import is_valid_did
 from feather.jetstream.events import CommitEvent
 from feather.sync import apps as registry
 from feather.sync import queue
-from feather.sync.store import SyncSet, execute, get_set, rows, scalar
+from feather.sync.store import SyncSet, get_set
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class _Sets:
 
 def deleted_at(owner: str, app: str, rkey: str) -> int | None:
     """The time of the observed delete of this record, if one was seen."""
-    return scalar("SELECT time_us FROM sync_observed_deletes WHERE owner_did = ? AND app = ? AND rkey = ?",
-                  owner, app, rkey)
+    return sql.scalar("SELECT time_us FROM sync_observed_deletes WHERE owner_did = ? AND app = ? AND rkey = ?",
+                      (owner, app, rkey))
 
 
 def follow_created(sets: _Sets, event: CommitEvent, now: int) -> None:
@@ -68,7 +69,8 @@ def follow_created(sets: _Sets, event: CommitEvent, now: int) -> None:
         return
     queue.upsert_mirror(owner, app.key, event.rkey, subject, now, born_us=event.time_us)
     have = queue.followed_on(owner, subject, staying=True)
-    waiting = {r[0] for r in rows("SELECT app FROM sync_waiting WHERE owner_did = ? AND subject = ?", owner, subject)}
+    waiting = {r[0] for r in sql.rows("SELECT app FROM sync_waiting WHERE owner_did = ? AND subject = ?",
+                                      (owner, subject))}
     for other in sync_set.apps:
         if other not in have and other not in waiting:
             queue.enqueue_follow(owner, other, subject, "event", now, cause_us=event.time_us)
@@ -83,27 +85,30 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
     if deleted_at(owner, app.key, event.rkey) is not None:
         return  # a replay, or a second delivery: it was handled the first time
     known = queue.mirror_state(owner, app.key, event.rkey)
-    execute("INSERT INTO sync_observed_deletes (owner_did, app, rkey, subject, time_us, seen_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)", owner, app.key, event.rkey, known[0] if known else None, event.time_us, now)
+    sql.execute("INSERT INTO sync_observed_deletes (owner_did, app, rkey, subject, time_us, seen_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (owner, app.key, event.rkey, known[0] if known else None, event.time_us, now))
     if known is None:
         return  # never mirrored: not a DID subject, or older than the set
     subject, state = known
-    execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND rkey = ?", owner, app.key, event.rkey)
+    sql.execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND rkey = ?",
+                (owner, app.key, event.rkey))
     if state in ("deleting", "gone"):
         return  # the echo of sync's own unfollow
     if app.key in queue.live_on(owner, subject):
         return  # one of two duplicate records went: cleanup, not an unfollow
     for other_app, rkey in queue.records_born_before(owner, subject, event.time_us):
         # The one unfollow insert in the code base (see the module docstring and tests/test_sync_apps.py).
-        execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, created_at, updated_at)"
-                " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
-                owner, other_app, subject, rkey, now, now)
+        sql.execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status,"
+                    " created_at, updated_at)"
+                    " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
+                    (owner, other_app, subject, rkey, now, now))
     queue.cancel_pending_follows(owner, subject, now, event.time_us)
-    execute("DELETE FROM sync_waiting WHERE owner_did = ? AND subject = ?", owner, subject)
+    sql.execute("DELETE FROM sync_waiting WHERE owner_did = ? AND subject = ?", (owner, subject))
     # A record born after this delete is a follow the owner made since; a listing can mirror it
     # before a lagging stream brings this delete. It stays, so it propagates once more.
-    newer = scalar("SELECT MAX(born_us) FROM sync_follow_mirror WHERE owner_did = ? AND subject = ?"
-                   " AND state IN ('live', 'pending') AND born_us >= ?", owner, subject, event.time_us)
+    newer = sql.scalar("SELECT MAX(born_us) FROM sync_follow_mirror WHERE owner_did = ? AND subject = ?"
+                       " AND state IN ('live', 'pending') AND born_us >= ?", (owner, subject, event.time_us))
     if newer is not None:
         have = queue.followed_on(owner, subject, staying=True)
         for other in sync_set.apps:
@@ -115,13 +120,13 @@ def profile_created(settings, event: CommitEvent, now: int) -> None:
     if event.rkey != registry.PROFILE_RKEY:
         return
     for app in registry.apps_for_profile(event.collection, settings):
-        waiting = rows("SELECT w.owner_did, w.cause_us FROM sync_waiting w JOIN sync_sets s"
-                       " ON s.owner_did = w.owner_did WHERE w.subject = ? AND w.app = ? AND s.enabled = 1",
-                       event.did, app.key)
+        waiting = sql.rows("SELECT w.owner_did, w.cause_us FROM sync_waiting w JOIN sync_sets s"
+                           " ON s.owner_did = w.owner_did WHERE w.subject = ? AND w.app = ? AND s.enabled = 1",
+                           (event.did, app.key))
         for owner, cause_us in waiting:
             queue.enqueue_follow(owner, app.key, event.did, "waitlist", now, cause_us=cause_us)
-        execute("DELETE FROM sync_waiting WHERE subject = ? AND app = ?"
-                " AND owner_did IN (SELECT owner_did FROM sync_sets WHERE enabled = 1)", event.did, app.key)
+        sql.execute("DELETE FROM sync_waiting WHERE subject = ? AND app = ?"
+                    " AND owner_did IN (SELECT owner_did FROM sync_sets WHERE enabled = 1)", (event.did, app.key))
 
 
 def apply_follow_batch(events, now: int) -> None:
@@ -144,9 +149,8 @@ def apply_profile_batch(settings, events, now: int) -> None:
 
 def make_handlers(settings, clock=None):
     """(follow handler, profile handler) for the engine; `clock` returns Unix seconds (tests fake it)."""
-    from feather.sync.store import now_s
 
-    clock = clock or now_s
+    clock = clock or sql.now_s
 
     def follows(events) -> None:
         apply_follow_batch(events, clock())

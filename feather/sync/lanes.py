@@ -12,8 +12,8 @@ import logging
 import os
 
 from feather import locks
+from feather import sql
 from feather.db import current_dialect, db
-from feather.sync.store import execute, rows, scalar
 
 log = logging.getLogger(__name__)
 
@@ -57,45 +57,46 @@ def lease_lanes(holder: str, now: int, max_lanes: int = MAX_LANES) -> list[tuple
     with db.atomic():
         lock = d.xact_lock_sql(_lease_lock_key())
         if lock:
-            execute(lock)
-        execute(f"INSERT INTO sync_lanes (owner_did, app) SELECT r.owner_did, r.app FROM ({_RUNNABLE}) r"
-                f" WHERE NOT EXISTS (SELECT 1 FROM sync_lanes l WHERE l.owner_did = r.owner_did AND l.app = r.app)"
-                f" ORDER BY r.owner_did, r.app ON CONFLICT (owner_did, app) DO NOTHING", now, now)
+            sql.execute(lock)
+        sql.execute(f"INSERT INTO sync_lanes (owner_did, app) SELECT r.owner_did, r.app FROM ({_RUNNABLE}) r"
+                    f" WHERE NOT EXISTS (SELECT 1 FROM sync_lanes l WHERE l.owner_did = r.owner_did AND l.app = r.app)"
+                    f" ORDER BY r.owner_did, r.app ON CONFLICT (owner_did, app) DO NOTHING", (now, now))
         free_dead_holders(now)
-        live = scalar("SELECT COUNT(*) FROM sync_lanes WHERE lease_until >= ?", now, default=0)
+        live = sql.scalar("SELECT COUNT(*) FROM sync_lanes WHERE lease_until >= ?", (now,), default=0)
         free = max_lanes - live
         if free <= 0:
             return []
-        found = rows(f"SELECT l.owner_did, l.app FROM sync_lanes l JOIN ({_RUNNABLE}) r"
-                     f" ON r.owner_did = l.owner_did AND r.app = l.app WHERE l.lease_until < ?"
-                     f" ORDER BY r.id LIMIT ?{d.skip_locked('l')}", now, now, now, free)
+        found = sql.rows(f"SELECT l.owner_did, l.app FROM sync_lanes l JOIN ({_RUNNABLE}) r"
+                         f" ON r.owner_did = l.owner_did AND r.app = l.app WHERE l.lease_until < ?"
+                         f" ORDER BY r.id LIMIT ?{d.skip_locked('l')}", (now, now, now, free))
         for owner, app in found:
-            execute("UPDATE sync_lanes SET leased_by = ?, lease_until = ? WHERE owner_did = ? AND app = ?",
-                    holder, now + LEASE_SECS, owner, app)
+            sql.execute("UPDATE sync_lanes SET leased_by = ?, lease_until = ? WHERE owner_did = ? AND app = ?",
+                        (holder, now + LEASE_SECS, owner, app))
     return [(r[0], r[1]) for r in found]
 
 
 def free_dead_holders(now: int) -> None:
     """Clear the live leases of holders that are provably gone (each one logged)."""
-    holders = rows("SELECT DISTINCT leased_by FROM sync_lanes WHERE leased_by IS NOT NULL AND lease_until >= ?"
-                   " ORDER BY leased_by", now)
+    holders = sql.rows("SELECT DISTINCT leased_by FROM sync_lanes WHERE leased_by IS NOT NULL AND lease_until >= ?"
+                       " ORDER BY leased_by", (now,))
     for (holder,) in holders:
         if locks.gone(holder):
-            n = execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE leased_by = ?", holder).rowcount
+            n = sql.execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE leased_by = ?",
+                            (holder,)).rowcount
             log.warning("sync: freed %d lane lease(s) of %s at once: that process is gone", n, holder)
 
 
 def renew_lease(holder: str, owner: str, app: str, now: int) -> bool:
     """Extend holder's lease on the lane; False when holder no longer holds it (expired and taken)."""
-    return execute("UPDATE sync_lanes SET lease_until = ? WHERE owner_did = ? AND app = ? AND leased_by = ?",
-                   now + LEASE_SECS, owner, app, holder).rowcount == 1
+    return sql.execute("UPDATE sync_lanes SET lease_until = ? WHERE owner_did = ? AND app = ? AND leased_by = ?",
+                       (now + LEASE_SECS, owner, app, holder)).rowcount == 1
 
 
 def release_lease(holder: str, owner: str, app: str) -> None:
     """Free the lane; drop its row when it has no pending work left (the next tick re-adds it if needed)."""
     with db.atomic():
-        execute("DELETE FROM sync_lanes WHERE owner_did = ? AND app = ? AND leased_by = ? AND NOT EXISTS ("
-                " SELECT 1 FROM sync_queue q WHERE q.owner_did = ? AND q.app = ? AND q.status = 'pending')",
-                owner, app, holder, owner, app)
-        execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE owner_did = ? AND app = ?"
-                " AND leased_by = ?", owner, app, holder)
+        sql.execute("DELETE FROM sync_lanes WHERE owner_did = ? AND app = ? AND leased_by = ? AND NOT EXISTS ("
+                    " SELECT 1 FROM sync_queue q WHERE q.owner_did = ? AND q.app = ? AND q.status = 'pending')",
+                    (owner, app, holder, owner, app))
+        sql.execute("UPDATE sync_lanes SET leased_by = NULL, lease_until = 0 WHERE owner_did = ? AND app = ?"
+                    " AND leased_by = ?", (owner, app, holder))

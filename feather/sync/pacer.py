@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feather.sync.store import scalar
+from feather import sql
+
 
 CREATE_POINTS = 3
 DELETE_POINTS = 1
@@ -27,7 +28,7 @@ def cost(kind: str) -> int:
 
 def spent(owner: str, since: int) -> int:
     """Points recorded after `since` (exclusive), i.e. inside the window (since, now]."""
-    return scalar("SELECT SUM(points) FROM sync_activity WHERE owner_did = ? AND at > ?", owner, since, default=0)
+    return sql.scalar("SELECT SUM(points) FROM sync_activity WHERE owner_did = ? AND at > ?", (owner, since), default=0)
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class Budget:
     def app_cap_allows(self, owner: str, app: str, now: int) -> bool:
         if self.app_daily_follows is None:
             return True
-        written = scalar("SELECT COUNT(*) FROM sync_activity WHERE owner_did = ? AND at > ? AND app = ?"
-                         " AND kind = 'follow'", owner, now - DAY, app, default=0)
+        written = sql.scalar("SELECT COUNT(*) FROM sync_activity WHERE owner_did = ? AND at > ? AND app = ?"
+                             " AND kind = 'follow'", (owner, now - DAY, app), default=0)
         return written < self.app_daily_follows
 
     def hours_for(self, follows: int) -> float:

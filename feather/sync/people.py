@@ -20,9 +20,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable
 
+from feather import sql
 from feather.atproto.syntax import is_valid_did
 from feather.db import db
-from feather.sync.store import execute, rows
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,19 @@ def labels(dids, now: int) -> dict[str, str]:
     for chunk in range(0, len(wanted), 500):
         part = wanted[chunk:chunk + 500]
         marks = ", ".join("?" * len(part))
-        for did, handle, name, fetched_at, wanted_at, failures in rows(
+        for did, handle, name, fetched_at, wanted_at, failures in sql.rows(
                 f"SELECT did, handle, display_name, fetched_at, wanted_at, failures FROM sync_people"
-                f" WHERE did IN ({marks})", *part):
+                f" WHERE did IN ({marks})", part):
             found[did] = (handle, name, fetched_at, wanted_at, failures)
     missing = [d for d in wanted if d not in found and is_valid_did(d)]
     stale = [d for d, row in found.items() if row[3] < now - WANT_TOUCH_SECS]
     if missing or stale:
         with db.atomic():
             for did in missing:
-                execute("INSERT INTO sync_people (did, wanted_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING", did, now)
+                sql.execute("INSERT INTO sync_people (did, wanted_at) VALUES (?, ?) ON CONFLICT (did) DO NOTHING",
+                            (did, now))
             for did in stale:
-                execute("UPDATE sync_people SET wanted_at = ? WHERE did = ?", now, did)
+                sql.execute("UPDATE sync_people SET wanted_at = ? WHERE did = ?", (now, did))
     held = held_elsewhere([d for d in wanted if not (found.get(d) and found[d][0] and found[d][1])])
     out = {}
     for did in wanted:
@@ -135,9 +136,9 @@ def refresh_due(now: int, resolver=None, read_profile=None, limit: int = PER_RUN
 
         resolver = resolver or resolver_for(current_app)
         read_profile = read_profile or pds_profile_reader(http_client_from_settings(current_app.config["FEATHER"]))
-    execute("DELETE FROM sync_people WHERE wanted_at < ?", now - FORGET_SECS)
-    due = rows("SELECT did, failures FROM sync_people WHERE next_fetch_at <= ? ORDER BY fetched_at, next_fetch_at"
-               " LIMIT ?", now, limit)
+    sql.execute("DELETE FROM sync_people WHERE wanted_at < ?", (now - FORGET_SECS,))
+    due = sql.rows("SELECT did, failures FROM sync_people WHERE next_fetch_at <= ? ORDER BY fetched_at, next_fetch_at"
+                   " LIMIT ?", (now, limit))
     if not due:
         return 0
 
@@ -153,14 +154,15 @@ def refresh_due(now: int, resolver=None, read_profile=None, limit: int = PER_RUN
     done, failed = 0, []
     for did, failures, person, error in Pool(CONCURRENCY).imap_unordered(one, due):
         if person is not None:
-            execute("UPDATE sync_people SET handle = ?, display_name = ?, fetched_at = ?, next_fetch_at = ?,"
-                    " failures = 0, last_error = NULL WHERE did = ?", person.handle, person.display_name, now,
-                    now + REFRESH_SECS, did)
+            sql.execute("UPDATE sync_people SET handle = ?, display_name = ?, fetched_at = ?, next_fetch_at = ?,"
+                        " failures = 0, last_error = NULL WHERE did = ?", (person.handle, person.display_name, now,
+                        now + REFRESH_SECS, did))
             done += 1
         else:
             wait = min(RETRY_MAX_SECS, RETRY_BASE_SECS * 2 ** min(failures, 10))
-            execute("UPDATE sync_people SET failures = failures + 1, next_fetch_at = ?, last_error = ? WHERE did = ?",
-                    now + wait, error, did)
+            sql.execute("UPDATE sync_people SET failures = failures + 1, next_fetch_at = ?,"
+                        " last_error = ? WHERE did = ?",
+                        (now + wait, error, did))
             failed.append(did)
             log.debug("sync people: could not look up %s: %s", did, error)
     if failed:  # one line per run: a stranger's dead PDS is routine, not an operator's problem

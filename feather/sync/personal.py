@@ -5,7 +5,8 @@ rather than trusting ON DELETE CASCADE, so the delete does not depend on how a c
 """
 from __future__ import annotations
 
-from feather.sync.store import execute, get_set, rows, scalar
+from feather import sql
+from feather.sync.store import get_set
 
 # Owner-keyed tables, children before the set itself.
 OWNED = ("sync_activity", "sync_queue", "sync_waiting", "sync_follow_mirror", "sync_backfill_tasks",
@@ -20,7 +21,7 @@ EXPORT_COLUMNS = {
 
 
 def _count(table: str, did: str) -> int:
-    return int(scalar(f"SELECT COUNT(*) FROM {table} WHERE owner_did = ?", did, default=0) or 0)
+    return int(sql.scalar(f"SELECT COUNT(*) FROM {table} WHERE owner_did = ?", (did,), default=0) or 0)
 
 
 def _n(n: int, word: str) -> str:
@@ -50,15 +51,15 @@ def export(did: str) -> dict:
     out = {}
     for table, columns in EXPORT_COLUMNS.items():
         names = [c.strip() for c in columns.split(",")]
-        out[table.removeprefix("sync_")] = [dict(zip(names, r)) for r in rows(
-            f"SELECT {columns} FROM {table} WHERE owner_did = ?", did)]
+        out[table.removeprefix("sync_")] = [dict(zip(names, r)) for r in sql.rows(
+            f"SELECT {columns} FROM {table} WHERE owner_did = ?", (did,))]
     return out
 
 
 def delete(did: str) -> None:
     for table in OWNED:
-        execute(f"DELETE FROM {table} WHERE owner_did = ?", did)
-    execute("DELETE FROM sync_people WHERE did = ?", did)
+        sql.execute(f"DELETE FROM {table} WHERE owner_did = ?", (did,))
+    sql.execute("DELETE FROM sync_people WHERE did = ?", (did,))
 
 
 def panel(account):

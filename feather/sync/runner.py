@@ -22,11 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from feather import sql
 from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import outcomes, pacer, queue
 from feather.sync.lanes import MAX_LANES, lease_lanes, process_id, release_lease, renew_lease
-from feather.sync.store import execute, get_set, now_s, record_activity, rows, scalar
+from feather.sync.store import get_set, record_activity
 from feather.sync.follow_writer import FollowWriter, PdsError
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,8 @@ class Row:
 
 def listing_done(owner: str, app: str) -> bool:
     """A lane never writes a follow on an app whose most recent listing is not done."""
-    status = scalar("SELECT status FROM sync_backfill_tasks WHERE owner_did = ? AND app = ?"
-                    " ORDER BY id DESC LIMIT 1", owner, app)
+    status = sql.scalar("SELECT status FROM sync_backfill_tasks WHERE owner_did = ? AND app = ?"
+                        " ORDER BY id DESC LIMIT 1", (owner, app))
     return status == "done"
 
 
@@ -63,7 +64,7 @@ def _iso(now: int) -> str:
 class Runner:
     writer: FollowWriter
     settings: object
-    clock: Callable[[], int] = now_s
+    clock: Callable[[], int] = sql.now_s
     budget: pacer.Budget = field(default=None)
     holder: str = field(default_factory=process_id)  # the name this runner leases lanes under
 
@@ -136,19 +137,19 @@ class Runner:
         return "next"
 
     def _head(self, owner: str, app: str, now: int) -> Row | None:
-        found = rows(f"SELECT {_ROW} FROM sync_queue WHERE status = 'pending' AND owner_did = ? AND app = ?"
-                     f" ORDER BY id LIMIT 1", owner, app)
+        found = sql.rows(f"SELECT {_ROW} FROM sync_queue WHERE status = 'pending' AND owner_did = ? AND app = ?"
+                         f" ORDER BY id LIMIT 1", (owner, app))
         if not found:
             return None
         row = Row(*found[0])
-        not_before = scalar("SELECT not_before FROM sync_queue WHERE id = ?", row.id)
+        not_before = sql.scalar("SELECT not_before FROM sync_queue WHERE id = ?", (row.id,))
         return row if not_before <= now else None
 
     def _prepare(self, owner: str, app: str) -> tuple[Row | None, str]:
         """(row ready for the PDS call, "fresh"|"retry") or (None, "next"|"stop")."""
         now = self.clock()
         with db.atomic():
-            execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", now, owner)  # serialise the owner
+            sql.execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", (now, owner))  # serialise the owner
             sync_set = get_set(owner)
             if sync_set is None or not sync_set.enabled or sync_set.paused or sync_set.parked_until > now:
                 return None, "stop"
@@ -175,9 +176,9 @@ class Runner:
             return None, "stop"
         ours = row.rkey is not None and queue.mirror_state(row.owner, row.app, row.rkey) is not None
         on = queue.followed_on(row.owner, row.subject)
-        others_on_target = scalar("SELECT COUNT(*) FROM sync_follow_mirror WHERE owner_did = ? AND subject = ?"
-                                  " AND app = ? AND state IN ('live', 'pending') AND rkey <> ?",
-                                  row.owner, row.subject, row.app, row.rkey or "", default=0)
+        others_on_target = sql.scalar("SELECT COUNT(*) FROM sync_follow_mirror WHERE owner_did = ? AND subject = ?"
+                                      " AND app = ? AND state IN ('live', 'pending') AND rkey <> ?",
+                                      (row.owner, row.subject, row.app, row.rkey or ""), default=0)
         if others_on_target:
             outcomes.finish(row, "skipped", "already followed on this app", now)
             return None, "next"
@@ -214,7 +215,7 @@ class Runner:
         exists = self.writer.profile_exists(row.subject, app.profile)  # PdsError -> backoff in _failed
         now = self.clock()
         with db.atomic():
-            execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", now, row.owner)
+            sql.execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", (now, row.owner))
             if not exists:
                 days = registry.recheck_days(app, self.settings)
                 queue.add_waiting(row.owner, row.app, row.subject, now, now + days * pacer.DAY, row.cause_us)
@@ -224,8 +225,8 @@ class Runner:
             if not self.budget.allows(row.owner, pacer.CREATE_POINTS, now):
                 return "stop"
             row.rkey, row.created_at = next_tid(), _iso(now)
-            execute("UPDATE sync_queue SET rkey = ?, record_created_at = ?, updated_at = ? WHERE id = ?",
-                    row.rkey, row.created_at, now, row.id)
+            sql.execute("UPDATE sync_queue SET rkey = ?, record_created_at = ?, updated_at = ? WHERE id = ?",
+                        (row.rkey, row.created_at, now, row.id))
             queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending",
                                 born_us=row.cause_us)
             outcomes.sending(row, pacer.CREATE_POINTS, now)

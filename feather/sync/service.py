@@ -4,11 +4,11 @@ One contract for both surfaces: `configure(owner, enabled=…, paused=…, apps=
 """
 from __future__ import annotations
 
+from feather import sql
 from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import backfill, pacer, queue
-from feather.sync.store import (ensure_set, execute, get_set, pause, record_activity, resume,
-                                rows, set_apps, set_enabled)
+from feather.sync.store import ensure_set, get_set, pause, record_activity, resume, set_apps, set_enabled
 
 PAUSED_BY_YOU = "paused by you"
 PAUSED_CANCEL_DAYS = 30
@@ -20,7 +20,6 @@ def state(owner: str, settings, now: int | None = None) -> dict:
     """The counters (unchanged since the first API) and what explains them: per_app, next_write and
     problems (feather/sync/status.py; docs/api.md, "Graph sync")."""
     from feather.sync import status
-    from feather.sync.store import now_s
 
     sync_set = get_set(owner)
     return {
@@ -32,7 +31,7 @@ def state(owner: str, settings, now: int | None = None) -> dict:
         "backfill": {k: v for k, v in backfill.progress(owner).items() if k in ("listed", "total", "done")},
         "queue": queue.counts(owner),
         "waiting": queue.waiting_count(owner),
-        **status.overview(owner, sync_set, settings, now_s() if now is None else now),
+        **status.overview(owner, sync_set, settings, sql.now_s() if now is None else now),
     }
 
 
@@ -50,19 +49,20 @@ def configure(owner: str, settings, now: int, *, enabled: bool | None = None, pa
                 raise ValueError("Choose at least two apps to keep in sync.")
             _check_capacity(owner, settings)
             set_enabled(owner, True, now)
-            execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", now + pacer.DAY, owner)
+            sql.execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", (now + pacer.DAY, owner))
             backfill.start_run(owner, current.apps, "backfill", now)
             record_activity(owner, now, "", "enabled", None, 0, ",".join(current.apps))
         elif enabled is False and current.enabled:
             set_enabled(owner, False, now)
-            execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ?"
-                    " AND status = 'pending'", now, owner)
-            execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'", owner)
+            sql.execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ?"
+                        " AND status = 'pending'", (now, owner))
+            sql.execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'", (owner,))
             # What sync had in flight or waiting is not a follow the owner has: turned on again, the
             # fresh listing decides (a write that landed is found and becomes live again), so the
             # backfill queues exactly what the preview, which lists afresh, promises.
-            execute("UPDATE sync_follow_mirror SET state = 'failed' WHERE owner_did = ? AND state = 'pending'", owner)
-            execute("DELETE FROM sync_waiting WHERE owner_did = ?", owner)
+            sql.execute("UPDATE sync_follow_mirror SET state = 'failed' WHERE owner_did = ? AND state = 'pending'",
+                        (owner,))
+            sql.execute("DELETE FROM sync_waiting WHERE owner_did = ?", (owner,))
             record_activity(owner, now, "", "disabled", None, 0, None)
         if paused is True:
             pause(owner, PAUSED_BY_YOU, now)
@@ -86,7 +86,7 @@ def _check_capacity(owner: str, settings) -> None:
 
     lock = current_dialect().xact_lock_sql(lock_key("sync-capacity"))
     if lock:
-        execute(lock)
+        sql.execute(lock)
     count = settings.sync_shard_count
     if len(shard_members(shard_of(owner, count), count)) >= MAX_DIDS:
         raise InstanceFull("This instance is full: it already syncs as many accounts as it can follow "
@@ -110,10 +110,10 @@ def _change_apps(owner: str, before, keys: list[str], now: int) -> None:
         raise ValueError("A set that is on needs at least two apps; turn sync off first.")
     set_apps(owner, keys, now)
     for key in removed:  # forget the app entirely: its records no longer count as "followed somewhere"
-        execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND app = ?"
-                " AND status = 'pending'", now, owner, key)
+        sql.execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND app = ?"
+                    " AND status = 'pending'", (now, owner, key))
         for table in ("sync_follow_mirror", "sync_waiting", "sync_backfill_tasks"):
-            execute(f"DELETE FROM {table} WHERE owner_did = ? AND app = ?", owner, key)
+            sql.execute(f"DELETE FROM {table} WHERE owner_did = ? AND app = ?", (owner, key))
     if before.enabled and added:
         backfill.start_run(owner, added, "backfill", now)
 
@@ -147,12 +147,11 @@ def activity(owner: str, limit: int = 50, now: int | None = None) -> list[dict]:
     `groups` are the page's lines: consecutive rows that differ only by the person, as one line
     with the names (status.group_activity; the list is a status.Activity)."""
     from feather.sync import people, status
-    from feather.sync.store import now_s
 
-    now = now_s() if now is None else now
-    found = [dict(zip(("id", "at", "app", "kind", "subject", "points", "detail"), r)) for r in rows(
+    now = sql.now_s() if now is None else now
+    found = [dict(zip(("id", "at", "app", "kind", "subject", "points", "detail"), r)) for r in sql.rows(
         "SELECT id, at, app, kind, subject, points, detail FROM sync_activity WHERE owner_did = ?"
-        " ORDER BY at DESC, id DESC LIMIT ?", owner, limit)]
+        " ORDER BY at DESC, id DESC LIMIT ?", (owner, limit))]
     names = people.labels([a["subject"] for a in found], now)
     retries = _retry_context(owner, [a for a in found if a["kind"] in ("retry", "error")])
     sync_set = get_set(owner)
@@ -180,17 +179,17 @@ def _retry_context(owner: str, failed: list[dict]) -> dict[int, dict]:
         return {}
     subjects = sorted({a["subject"] for a in failed})
     marks = ", ".join("?" * len(subjects))
-    history = rows(f"SELECT id, app, subject, kind FROM sync_activity WHERE owner_did = ? AND subject IN ({marks})"
-                   f" AND kind IN ('retry', 'error', 'follow', 'unfollow', 'failed', 'waiting') ORDER BY id",
-                   owner, *subjects)
+    history = sql.rows(f"SELECT id, app, subject, kind FROM sync_activity WHERE owner_did = ? AND subject IN ({marks})"
+                       f" AND kind IN ('retry', 'error', 'follow', 'unfollow', 'failed', 'waiting') ORDER BY id",
+                       (owner, *subjects))
     tries, count = {}, {}
     for row_id, app, subject, kind in history:
         key = (app, subject)
         count[key] = count.get(key, 0) + 1 if kind in ("retry", "error") else 0
         tries[row_id] = count[key]
-    pending = {(r[0], r[1]): r[2:] for r in rows(
+    pending = {(r[0], r[1]): r[2:] for r in sql.rows(
         f"SELECT app, subject, last_error, not_before FROM sync_queue WHERE owner_did = ? AND status = 'pending'"
-        f" AND attempts > 0 AND subject IN ({marks}) ORDER BY id", owner, *subjects)}
+        f" AND attempts > 0 AND subject IN ({marks}) ORDER BY id", (owner, *subjects))}
     out, newest = {}, set()
     for a in failed:  # newest first
         key = (a["app"], a["subject"])
@@ -205,21 +204,23 @@ def _retry_context(owner: str, failed: list[dict]) -> dict[int, dict]:
 def cleanup(now: int, lookback_us: int = 0) -> dict:
     """Cancel the pending rows of sets paused 30 days; trim tombstones and old history.
     Observed deletes are kept for the replay window and the lookback (with a day to spare)."""
-    stale = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE paused = 1 AND paused_at <= ?",
-                                now - PAUSED_CANCEL_DAYS * pacer.DAY)]
+    stale = [r[0] for r in sql.rows("SELECT owner_did FROM sync_sets WHERE paused = 1 AND paused_at <= ?",
+                                    (now - PAUSED_CANCEL_DAYS * pacer.DAY,))]
     cancelled = 0
     for owner in stale:
-        cancelled += execute("UPDATE sync_queue SET status = 'cancelled', last_error = ?, updated_at = ?"
-                             " WHERE owner_did = ? AND status = 'pending'",
-                             f"paused for {PAUSED_CANCEL_DAYS} days", now, owner).rowcount
+        cancelled += sql.execute("UPDATE sync_queue SET status = 'cancelled', last_error = ?, updated_at = ?"
+                                 " WHERE owner_did = ? AND status = 'pending'",
+                                 (f"paused for {PAUSED_CANCEL_DAYS} days", now, owner)).rowcount
     keep = max(TOMBSTONE_SECS, lookback_us // 1_000_000 + pacer.DAY)
-    tombstones = execute("DELETE FROM sync_follow_mirror WHERE state IN ('gone', 'dropped') AND last_seen_at < ?",
-                         now - keep).rowcount
-    tombstones += execute("DELETE FROM sync_observed_deletes WHERE seen_at < ?", now - keep).rowcount
+    tombstones = sql.execute("DELETE FROM sync_follow_mirror WHERE state IN ('gone', 'dropped') AND last_seen_at < ?",
+                             (now - keep,)).rowcount
+    tombstones += sql.execute("DELETE FROM sync_observed_deletes WHERE seen_at < ?", (now - keep,)).rowcount
     horizon = now - KEEP_HISTORY_DAYS * pacer.DAY
-    execute("DELETE FROM sync_activity WHERE at < ?", horizon)
-    execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?", horizon)
+    sql.execute("DELETE FROM sync_activity WHERE at < ?", (horizon,))
+    sql.execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?",
+                (horizon,))
     # Lane rows left behind by a process that died holding them, once they have no pending work.
-    execute("DELETE FROM sync_lanes WHERE lease_until < ? AND NOT EXISTS (SELECT 1 FROM sync_queue q"
-            " WHERE q.owner_did = sync_lanes.owner_did AND q.app = sync_lanes.app AND q.status = 'pending')", now)
+    sql.execute("DELETE FROM sync_lanes WHERE lease_until < ? AND NOT EXISTS (SELECT 1 FROM sync_queue q"
+                " WHERE q.owner_did = sync_lanes.owner_did AND q.app = sync_lanes.app AND q.status = 'pending')",
+                (now,))
     return {"cancelled": cancelled, "tombstones": tombstones}

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
 from feather.jetstream import store as jstore
-from feather.sync.store import execute, now_s, rows, shard_of
+from feather.sync.store import shard_of
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def plan(count: int, previous: int | None, cursors: dict[int, int], owners: list
 
 
 def previous_count() -> int | None:
-    found = rows("SELECT value FROM app_state WHERE key = ?", BASIS_KEY)
+    found = sql.rows("SELECT value FROM app_state WHERE key = ?", (BASIS_KEY,))
     try:
         return int(found[0][0]) if found else None
     except ValueError:  # not ours to trust: treat as unknown, which only replays more
@@ -70,15 +71,15 @@ def reshard_cursors(count: int) -> dict[str, int]:
             number = saved.name[len("sync:"):]
             if number.isdigit() and saved.time_us and saved.time_us > 0:
                 cursors[int(number)] = saved.time_us
-        owners = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE enabled = 1")]
+        owners = [r[0] for r in sql.rows("SELECT owner_did FROM sync_sets WHERE enabled = 1")]
         targets = plan(count, previous, cursors, owners)
-        now = now_s()
+        now = sql.now_s()
         for shard, time_us in targets.items():
             jstore.rewind_cursor(f"sync:{shard}", time_us)
         if previous != count:
-            execute("INSERT INTO app_state (key, value, updated_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                    BASIS_KEY, str(count), now)
+            sql.execute("INSERT INTO app_state (key, value, updated_at) VALUES (?, ?, ?)"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                        (BASIS_KEY, str(count), now))
     if previous is not None and previous != count:
         log.info("sync: SYNC_SHARD_COUNT changed from %d to %d", previous, count)
     return {f"sync:{shard}": time_us for shard, time_us in sorted(targets.items())}

@@ -10,9 +10,9 @@ yet; …" once, with the names, instead of nineteen lines that differ only by th
 """
 from __future__ import annotations
 
+from feather import sql
 from feather.sync import apps as registry
 from feather.sync import pacer, people
-from feather.sync.store import execute, rows
 # The words live in words.py; views and service reach them as status.* (one import for a page).
 from feather.sync.words import (_queue_words, _waiting_words, activity_words, app_name,  # noqa: F401
                                 app_names, clock, number, pause_words, plural, relative, when, write_words)
@@ -24,8 +24,8 @@ FAILED_SHOWN_DAYS = 30
 def budget_free_at(owner: str, budget: pacer.Budget, points: int, now: int) -> tuple[int | None, str]:
     """When spending `points` fits both rolling windows again (now when it fits now; None: never), and
     which window decides ("hourly" or "daily"). Mirrors pacer.Budget.allows."""
-    spent = rows("SELECT at, SUM(points) FROM sync_activity WHERE owner_did = ? AND at > ? AND points > 0"
-                 " GROUP BY at ORDER BY at", owner, now - pacer.DAY)
+    spent = sql.rows("SELECT at, SUM(points) FROM sync_activity WHERE owner_did = ? AND at > ? AND points > 0"
+                     " GROUP BY at ORDER BY at", (owner, now - pacer.DAY))
 
     def free_at(window: int, limit: int) -> int | None:
         if points > limit:
@@ -50,8 +50,8 @@ def cap_free_at(owner: str, app: str, cap: int | None, now: int) -> int:
     """When the per-app daily follow cap lets the next follow go (now when it does)."""
     if cap is None or cap <= 0:
         return now
-    ats = [r[0] for r in rows("SELECT at FROM sync_activity WHERE owner_did = ? AND app = ? AND kind = 'follow'"
-                              " AND at > ? ORDER BY at", owner, app, now - pacer.DAY)]
+    ats = [r[0] for r in sql.rows("SELECT at FROM sync_activity WHERE owner_did = ? AND app = ? AND kind = 'follow'"
+                                  " AND at > ? ORDER BY at", (owner, app, now - pacer.DAY))]
     return ats[len(ats) - cap] + pacer.DAY if len(ats) >= cap else now
 
 
@@ -62,19 +62,20 @@ def remember_following(owner: str, result: dict, now: int) -> None:
 
     for row in result.get("apps", []):
         complete = bool(result.get("complete")) or row["following"] < (LIST_PAGES - 1) * 100
-        execute("INSERT INTO sync_app_counts (owner_did, app, following, complete, measured_at) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT (owner_did, app) DO UPDATE SET following = excluded.following,"
-                " complete = excluded.complete, measured_at = excluded.measured_at",
-                owner, row["app"], row["following"], int(complete), now)
+        sql.execute("INSERT INTO sync_app_counts (owner_did, app, following, complete, measured_at)"
+                    " VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (owner_did, app) DO UPDATE SET following = excluded.following,"
+                    " complete = excluded.complete, measured_at = excluded.measured_at",
+                    (owner, row["app"], row["following"], int(complete), now))
 
 
 def _listings(owner: str, now: int) -> dict[str, dict]:
     """The newest backfill listing of each app, with the preview's count when known."""
-    expected = {r[0]: r[1:] for r in rows("SELECT app, following, complete, measured_at FROM sync_app_counts"
-                                          " WHERE owner_did = ?", owner)}
-    latest = {r[0]: r[1:] for r in rows("SELECT app, status, listed, attempts, not_before, last_error"
-                                        " FROM sync_backfill_tasks WHERE owner_did = ? AND kind = 'backfill'"
-                                        " ORDER BY id", owner)}
+    expected = {r[0]: r[1:] for r in sql.rows("SELECT app, following, complete, measured_at FROM sync_app_counts"
+                                              " WHERE owner_did = ?", (owner,))}
+    latest = {r[0]: r[1:] for r in sql.rows("SELECT app, status, listed, attempts, not_before, last_error"
+                                            " FROM sync_backfill_tasks WHERE owner_did = ? AND kind = 'backfill'"
+                                            " ORDER BY id", (owner,))}
     out = {}
     for app, (status, listed, attempts, not_before, error) in latest.items():
         following, complete, measured_at = expected.get(app, (None, 0, None))
@@ -99,8 +100,8 @@ def _listing_words(listing: dict) -> str:
 
 def listing_failures(owner: str, now: int) -> list[dict]:
     """Listings (backfill or the daily check) waiting to retry after a failure."""
-    found = rows("SELECT app, kind, attempts, not_before, last_error FROM sync_backfill_tasks WHERE owner_did = ?"
-                 " AND status = 'pending' AND last_error IS NOT NULL AND not_before > ? ORDER BY id", owner, now)
+    found = sql.rows("SELECT app, kind, attempts, not_before, last_error FROM sync_backfill_tasks WHERE owner_did = ?"
+                     " AND status = 'pending' AND last_error IS NOT NULL AND not_before > ? ORDER BY id", (owner, now))
     return [{"kind": "listing", "app": app, "subject": None, "attempts": attempts, "error": error,
              "retry_at": not_before,
              "message": f"Could not list your {app_name(app)} follows ({'tried ' + plural(attempts, 'time')}):"
@@ -156,24 +157,25 @@ def overview(owner: str, sync_set, settings, now: int) -> dict:
         return {"per_app": [], "next_write": None, "problems": []}
     budget = pacer.Budget.from_settings(settings)
     pending: dict[str, dict[str, int]] = {}
-    for app, kind, n in rows("SELECT app, kind, COUNT(*) FROM sync_queue WHERE owner_did = ? AND status = 'pending'"
-                             " GROUP BY app, kind", owner):
+    for app, kind, n in sql.rows("SELECT app, kind, COUNT(*) FROM sync_queue WHERE owner_did = ? AND status = 'pending'"
+                                 " GROUP BY app, kind", (owner,)):
         pending.setdefault(app, {})[kind] = n
-    heads = {r[0]: r[1:] for r in rows(
+    heads = {r[0]: r[1:] for r in sql.rows(
         "SELECT app, id, kind, subject, attempts, not_before, last_error FROM sync_queue WHERE id IN ("
-        " SELECT MIN(id) FROM sync_queue WHERE owner_did = ? AND status = 'pending' GROUP BY app)", owner)}
-    leased = {r[0] for r in rows("SELECT app FROM sync_lanes WHERE owner_did = ? AND leased_by IS NOT NULL"
-                                 " AND lease_until >= ?", owner, now)}
-    waiting = {r[0]: r[1:] for r in rows("SELECT app, COUNT(*), MIN(next_check_at) FROM sync_waiting"
-                                         " WHERE owner_did = ? GROUP BY app", owner)}
-    failed = dict(rows("SELECT app, COUNT(*) FROM sync_queue WHERE owner_did = ? AND status = 'failed'"
-                       " AND updated_at > ? GROUP BY app", owner, now - FAILED_SHOWN_DAYS * pacer.DAY))
-    retrying = rows("SELECT app, kind, subject, attempts, not_before, last_error FROM sync_queue WHERE owner_did = ?"
-                    " AND status = 'pending' AND attempts > 0 ORDER BY updated_at DESC, id DESC LIMIT ?",
-                    owner, RECENT_FAILURES)
-    gave_up = rows("SELECT app, kind, subject, attempts, last_error FROM sync_queue WHERE owner_did = ?"
-                   " AND status = 'failed' AND updated_at > ? ORDER BY updated_at DESC, id DESC LIMIT ?",
-                   owner, now - FAILED_SHOWN_DAYS * pacer.DAY, RECENT_FAILURES)
+        " SELECT MIN(id) FROM sync_queue WHERE owner_did = ? AND status = 'pending' GROUP BY app)", (owner,))}
+    leased = {r[0] for r in sql.rows("SELECT app FROM sync_lanes WHERE owner_did = ? AND leased_by IS NOT NULL"
+                                     " AND lease_until >= ?", (owner, now))}
+    waiting = {r[0]: r[1:] for r in sql.rows("SELECT app, COUNT(*), MIN(next_check_at) FROM sync_waiting"
+                                             " WHERE owner_did = ? GROUP BY app", (owner,))}
+    failed = dict(sql.rows("SELECT app, COUNT(*) FROM sync_queue WHERE owner_did = ? AND status = 'failed'"
+                           " AND updated_at > ? GROUP BY app", (owner, now - FAILED_SHOWN_DAYS * pacer.DAY)))
+    retrying = sql.rows("SELECT app, kind, subject, attempts, not_before, last_error FROM"
+                        " sync_queue WHERE owner_did = ?"
+                        " AND status = 'pending' AND attempts > 0 ORDER BY updated_at DESC, id DESC LIMIT ?",
+                        (owner, RECENT_FAILURES))
+    gave_up = sql.rows("SELECT app, kind, subject, attempts, last_error FROM sync_queue WHERE owner_did = ?"
+                       " AND status = 'failed' AND updated_at > ? ORDER BY updated_at DESC, id DESC LIMIT ?",
+                       (owner, now - FAILED_SHOWN_DAYS * pacer.DAY, RECENT_FAILURES))
     dids = [h[2] for h in heads.values()] + [r[2] for r in retrying] + [r[2] for r in gave_up]
     names = people.labels(dids, now)
     listings = _listings(owner, now)

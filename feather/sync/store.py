@@ -1,4 +1,4 @@
-"""The sync set: one row per owner, and the small SQL helpers the rest of feather/sync shares.
+"""The sync set: one row per owner (its apps, on/off, pause, parking, backfill runs), and shard membership.
 
 Times are Unix seconds passed in by the caller (`now`), so every rule can be tested with a fake
 clock. Shard membership is computed in Python from a stable hash of the DID, so changing
@@ -7,30 +7,13 @@ SYNC_SHARD_COUNT needs no migration (what it does to the shard cursors: shards.p
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from dataclasses import dataclass
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import current_dialect
 
 log = logging.getLogger(__name__)
-
-
-def execute(sql: str, *params):
-    return db.execute_sql(current_dialect().q(sql), params)
-
-
-def rows(sql: str, *params) -> list[tuple]:
-    return list(execute(sql, *params).fetchall())
-
-
-def scalar(sql: str, *params, default=None):
-    row = execute(sql, *params).fetchone()
-    return default if row is None or row[0] is None else row[0]
-
-
-def now_s() -> int:
-    return int(time.time())
 
 
 @dataclass(frozen=True)
@@ -60,31 +43,31 @@ def _set(row) -> SyncSet:
 
 
 def get_set(owner: str) -> SyncSet | None:
-    found = rows(f"SELECT {_SET_COLUMNS} FROM sync_sets WHERE owner_did = ?", owner)
+    found = sql.rows(f"SELECT {_SET_COLUMNS} FROM sync_sets WHERE owner_did = ?", (owner,))
     return _set(found[0]) if found else None
 
 
 def ensure_set(owner: str, now: int) -> SyncSet:
-    execute("INSERT INTO sync_sets (owner_did, created_at, updated_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (owner_did) DO NOTHING", owner, now, now)
+    sql.execute("INSERT INTO sync_sets (owner_did, created_at, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (owner_did) DO NOTHING", (owner, now, now))
     return get_set(owner)
 
 
 def set_apps(owner: str, keys: list[str], now: int) -> SyncSet:
     ensure_set(owner, now)
-    execute("UPDATE sync_sets SET apps = ?, updated_at = ? WHERE owner_did = ?", ",".join(keys), now, owner)
+    sql.execute("UPDATE sync_sets SET apps = ?, updated_at = ? WHERE owner_did = ?", (",".join(keys), now, owner))
     return get_set(owner)
 
 
 def set_enabled(owner: str, enabled: bool, now: int) -> None:
-    execute("UPDATE sync_sets SET enabled = ?, paused = 0, paused_at = NULL, pause_reason = NULL,"
-            " auth_failures = 0, updated_at = ? WHERE owner_did = ?", int(enabled), now, owner)
+    sql.execute("UPDATE sync_sets SET enabled = ?, paused = 0, paused_at = NULL, pause_reason = NULL,"
+                " auth_failures = 0, updated_at = ? WHERE owner_did = ?", (int(enabled), now, owner))
 
 
 def pause(owner: str, reason: str, now: int) -> bool:
     """Pause the set (it stays subscribed, so its events keep queuing in order). True if it changed."""
-    cur = execute("UPDATE sync_sets SET paused = 1, paused_at = ?, pause_reason = ?, updated_at = ?"
-                  " WHERE owner_did = ? AND paused = 0", now, reason, now, owner)
+    cur = sql.execute("UPDATE sync_sets SET paused = 1, paused_at = ?, pause_reason = ?, updated_at = ?"
+                      " WHERE owner_did = ? AND paused = 0", (now, reason, now, owner))
     if cur.rowcount:
         record_activity(owner, now, "", "paused", None, 0, reason)
         log.info("sync: paused %s (%s)", owner, reason)
@@ -93,25 +76,25 @@ def pause(owner: str, reason: str, now: int) -> bool:
 
 def resume(owner: str, now: int) -> bool:
     """Sign-in again: resume, let every parked row go now, and make a sweep due."""
-    cur = execute("UPDATE sync_sets SET paused = 0, paused_at = NULL, pause_reason = NULL, auth_failures = 0,"
-                  " parked_until = 0, next_sweep_at = ?, updated_at = ? WHERE owner_did = ? AND paused = 1",
-                  now, now, owner)
+    cur = sql.execute("UPDATE sync_sets SET paused = 0, paused_at = NULL, pause_reason = NULL, auth_failures = 0,"
+                      " parked_until = 0, next_sweep_at = ?, updated_at = ? WHERE owner_did = ? AND paused = 1",
+                      (now, now, owner))
     if not cur.rowcount:
         return False
-    execute("UPDATE sync_queue SET not_before = 0 WHERE owner_did = ? AND status = 'pending'", owner)
+    sql.execute("UPDATE sync_queue SET not_before = 0 WHERE owner_did = ? AND status = 'pending'", (owner,))
     record_activity(owner, now, "", "resumed", None, 0, None)
     return True
 
 
 def park_account(owner: str, until: int, now: int) -> None:
-    execute(f"UPDATE sync_sets SET parked_until = {current_dialect().greatest('parked_until', '?')},"
-            " updated_at = ? WHERE owner_did = ?", until, now, owner)
+    sql.execute(f"UPDATE sync_sets SET parked_until = {current_dialect().greatest('parked_until', '?')},"
+                " updated_at = ? WHERE owner_did = ?", (until, now, owner))
 
 
 def record_activity(owner: str, at: int, app: str, kind: str, subject: str | None, points: int,
                     detail: str | None) -> None:
-    execute("INSERT INTO sync_activity (owner_did, at, app, kind, subject, points, detail)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)", owner, at, app, kind, subject, points, detail)
+    sql.execute("INSERT INTO sync_activity (owner_did, at, app, kind, subject, points, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", (owner, at, app, kind, subject, points, detail))
 
 
 # --- shards
@@ -122,10 +105,10 @@ def shard_of(did: str, count: int) -> int:
 
 def shard_members(shard: int, count: int) -> list[str]:
     """Every enabled owner hashed to this shard, paused ones included (their events keep queuing)."""
-    owners = [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE enabled = 1")]
+    owners = [r[0] for r in sql.rows("SELECT owner_did FROM sync_sets WHERE enabled = 1")]
     return sorted(o for o in owners if shard_of(o, count) == shard)
 
 
 def sets_due_for_sweep(now: int, limit: int) -> list[str]:
-    return [r[0] for r in rows("SELECT owner_did FROM sync_sets WHERE enabled = 1 AND paused = 0"
-                               " AND next_sweep_at <= ? ORDER BY next_sweep_at LIMIT ?", now, limit)]
+    return [r[0] for r in sql.rows("SELECT owner_did FROM sync_sets WHERE enabled = 1 AND paused = 0"
+                                   " AND next_sweep_at <= ? ORDER BY next_sweep_at LIMIT ?", (now, limit))]

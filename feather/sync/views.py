@@ -17,12 +17,13 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, url_for
 
+from feather import sql
 from feather.auth import consent_url, current_account, has_scopes, known_account, login_required
 from feather.sync import apps as registry
 from feather.sync import preview, service, status
 from feather.sync.api import parse_apps
 from feather.sync.follow_writer import app_writer
-from feather.sync.store import get_set, now_s
+from feather.sync.store import get_set
 
 bp = Blueprint("sync", __name__)
 
@@ -56,7 +57,7 @@ def _page_url(account) -> str:
 
 def format_time(at) -> str:
     """"14:05 UTC" today, with the date otherwise (status.clock)."""
-    return status.clock(int(at), now_s()) if at else ""
+    return status.clock(int(at), sql.now_s()) if at else ""
 
 
 @bp.app_template_filter("sync_time")
@@ -149,7 +150,7 @@ def preview_page(handle: str):
     else:
         try:
             result = preview.compute(account.did, keys, settings, reader)
-            status.remember_following(account.did, result, now_s())
+            status.remember_following(account.did, result, sql.now_s())
         except PdsError as exc:
             error = f"Your follows could not be read right now ({exc}). Try again in a minute."
     scopes = service.write_scopes(keys)
@@ -182,7 +183,7 @@ def act(handle: str):
         scopes = service.check_change(account.did, _settings(), **change)
         if scopes and not has_scopes(account.did, scopes):
             return redirect(consent_url(scopes, back, WHY), 303)
-        service.configure(account.did, _settings(), now_s(), **change)
+        service.configure(account.did, _settings(), sql.now_s(), **change)
     except ValueError as exc:
         flash(str(exc), "error")
         return redirect(_page_url(account), 303)
