@@ -296,5 +296,5 @@ def test_operator_status_gathers_the_figures_of_every_feature_extras_included(ma
     app = make_app(FEATHERREADER_EXTRA_FEATURES="tests_status_feature")
     with app.app_context(), db.connection_context():
         found = features.operator_status(app.config["FEATHER"])
-    assert list(found) == ["feather.network", "tests_status_feature"]
+    assert list(found) == ["feather.network", "feather.sync", "tests_status_feature"]
     assert found["tests_status_feature"] == {"widgets": 3}

@@ -41,14 +41,15 @@ def gather() -> dict:
     saved = {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}
              for c in jstore.cursor_rows()}
     verdict = judge(saved, status.read() if "worker_status" in tables else {}, settings)
+    figures = features.operator_status(settings)  # each feature's own counts, from its own tables
     return {
         "status": "degraded" if verdict.reasons else "ok",
         "reasons": verdict.detailed,
         "streams": verdict.streams,
         "jobs": verdict.jobs,
         "tasks": verdict.tasks,
-        "catalogue": features.operator_status(settings).get("feather.network"),
-        "sync": sections.sync(settings, tables),
+        "catalogue": figures.get("feather.network"),
+        "sync": figures.get("feather.sync"),
         "timelines": sections.timelines(tables),
         "database": sections.database(settings),
         "now": time.time(),

@@ -1,40 +1,14 @@
-"""The facts on /admin that live in the sync and timeline tables, read with plain read-only SQL.
+"""The facts on /admin that the features do not report themselves: timelines and the database.
 
-The status page is core, not a feature: it reads these tables directly rather than importing
-the features (which never import each other, and which it must not couple to). The catalogue is
-the exception: its tables are read only inside feather/network, which hands /admin its figures
-through the operator_status hook. Every query is a count or a small aggregate, and each section
-survives its tables being absent (a feature turned off, an older schema).
+The catalogue and graph sync hand /admin their figures through the operator_status hook
+(feather/features.py), reading their own tables. The timelines section still reads the feeds
+tables here, with plain read-only SQL, until feeds reports through the hook too. Every query is a
+count or a small aggregate, and each section survives its tables being absent (an older schema).
 """
 from __future__ import annotations
 
 from feather import sql
 from feather.db import current_dialect
-
-
-def sync(settings, tables: set[str], now: int | None = None) -> dict | None:
-    if "sync_sets" not in tables:
-        return None
-    now = sql.now_s() if now is None else now
-    sets = sql.one("SELECT count(*), coalesce(sum(CASE WHEN enabled = 1 THEN 1 ELSE 0 END), 0),"
-                   " coalesce(sum(CASE WHEN paused = 1 THEN 1 ELSE 0 END), 0),"
-                   " coalesce(sum(CASE WHEN parked_until > ? THEN 1 ELSE 0 END), 0) FROM sync_sets", (now,))
-    queue = dict(sql.rows("SELECT status, count(*) FROM sync_queue WHERE status IN ('pending', 'sending')"
-                          " GROUP BY status"))
-    lanes = sql.one("SELECT count(*) FROM sync_lanes WHERE leased_by IS NOT NULL AND lease_until >= ?", (now,))[0] \
-        if "sync_lanes" in tables else 0
-    # Waiting on the points budget: accounts with pending writes whose rolling hour or day has no
-    # room left for a follow (3 points; sync's pacer rule). A 429 parks the whole account
-    # (parked_until), counted as rate_limited above.
-    spent = "(SELECT coalesce(sum(a.points), 0) FROM sync_activity a WHERE a.owner_did = p.owner_did AND a.at > ?)"
-    budget = sql.one(f"SELECT count(*) FROM (SELECT DISTINCT owner_did FROM sync_queue WHERE status = 'pending') p"
-                     f" WHERE {spent} + 3 > ? OR {spent} + 3 > ?",
-                     (now - 3600, settings.sync_hourly_points, now - 86400, settings.sync_daily_points))[0]
-    failed = sql.one("SELECT count(*) FROM sync_queue WHERE status = 'failed' AND updated_at >= ?",
-                     (now - 86400,))[0]
-    return {"sets": sets[0], "enabled": sets[1], "paused": sets[2], "rate_limited": sets[3],
-            "queue_pending": queue.get("pending", 0), "queue_sending": queue.get("sending", 0),
-            "lanes_running": lanes, "waiting_on_budget": budget, "failed_last_day": failed}
 
 
 # A full index holds tens of millions of feed rows, and an exact count reads every one of them

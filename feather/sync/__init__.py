@@ -1,6 +1,7 @@
 """Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (docs/design.md, "Graph sync").
 
 Feature hooks (feather/features.py):
+  operator_status  the counts /admin shows (operator.py).
   subscriptions  shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
                  collections: the offered apps' follow collections) and, on the shared "global"
                  stream, profile creates of the apps watched live (late joiners).
@@ -14,7 +15,7 @@ Module map: apps (registry) · store (sets, shards) · shards (shard cursors acr
 · pacer (points) · backfill (listing, union, sweep) · service (owner operations, cleanup)
 · follow_writer (PDS protocol + adapter; the app's writer) · memory (in-memory PDS) · preview (what enabling would write)
 · outcomes (a row's result) · status (what the owner sees) · people (handles and names)
-· views (pages) · api (JSON for scripts).
+· operator (figures for /admin) · views (pages) · api (JSON for scripts).
 """
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ def init_app(app) -> None:
     from feather.sync import personal
 
     personal.register(app)
+
+
+def operator_status(settings) -> dict | None:
+    """Graph sync's figures for /admin (feather/features.py collects them)."""
+    from feather.sync import operator
+
+    return operator.status(settings)
 
 
 def _resume_on_sign_in(did: str) -> None:
