@@ -105,7 +105,6 @@ def run_if_due(settings, *, http=None, now: float | None = None, rand: Callable[
     with db.atomic():
         store.set_state("adoption.last_run", f"{now:.3f}:{0.9 + 0.2 * rand():.4f}")
     if http is None:
-
         http = client_from_settings(settings)
     probe(http, list(settings.featherreader_relay_hosts), sleep=sleep)
     return True

@@ -65,7 +65,6 @@ def allow_opt_out_attempt() -> bool:
     is loaded, so every process agrees; otherwise a per-process one with the same numbers."""
     limit = current_app.config["FEATHER"].featherreader_login_rate_limit
     if "auth" in current_app.extensions:
-
         return not over_rate_limit(f"network-opt-out:{client_key()}", limit)
     return opt_out_limiter().allow(client_key())
 

@@ -141,6 +141,11 @@ def forget_did(did: str, touched: set[str]) -> int:
     return removed
 
 
+def sweep_tombstones(before_us: int) -> None:
+    """Forget deletes older than `before_us`: no replay or rebuild can still bring their records back."""
+    sql.execute("DELETE FROM net_tombstone WHERE time_us < ?", (before_us,))
+
+
 def delete_did(did: str, touched: set[str]) -> int:
     feeds = [r[0] for r in sql.execute(
         "SELECT DISTINCT feed_url FROM net_subscription WHERE did = ?", (did,)).fetchall()]

@@ -53,10 +53,9 @@ def maintenance_tick(settings, resolver=None) -> None:
         rebuild.note_gap(now, settings.featherreader_net_stale_cursor_secs * 1_000_000)
         t0 = int(store.get_state("backfill.cursor_us") or now)
         horizon = min(now - TOMBSTONE_KEEP_US, t0 - 1)
-        sql.execute("DELETE FROM net_tombstone WHERE time_us < ?", (horizon,))
+        store.sweep_tombstones(horizon)
     prune_for_disk_pressure(settings)
     if resolver is None:
-
         resolver = resolver_from_settings(settings)
     names.refresh(resolver, now)
 
