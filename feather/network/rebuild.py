@@ -113,7 +113,7 @@ def start(reason: str) -> None:
     with db.atomic():
         store.clear_state("backfill.")
         store.clear_state("live.gap")
-        sql.execute("DELETE FROM net_backfill_queue")
+        store.clear_queue()
         store.set_state("backfill.cursor_us", str(sql.now_us()))
         store.set_state("backfill.started_at", str(sql.now_us()))
         store.set_state("backfill.status", "running")
@@ -158,7 +158,7 @@ def run(kit: Kit, settings) -> bool:
         store.set_state("backfill.status", "done")
         store.set_state("backfill.completed_at", str(sql.now_us()))
         store.set_state("backfill.result", f"{final['done']}/{final['total']}/{final['failed']}")
-        sql.execute("DELETE FROM net_backfill_queue")
+        store.clear_queue()
     log.info("network rebuild: complete")
     return True
 
@@ -182,9 +182,7 @@ def _enumerate(kit: Kit) -> tuple[bool, float]:
                 with db.atomic():
                     for did in dids:
                         if not store.is_opted_out(did):  # consent: an opted-out DID is not even queued
-                            sql.execute("INSERT INTO net_backfill_queue (did, state, updated_at)"
-                                        " VALUES (?, ?, ?) ON CONFLICT (did) DO NOTHING",
-                                        (did, "pending", sql.now_us()))
+                            store.enqueue(did)
                     if client.cursor:
                         store.set_state(key + ".cursor", client.cursor)
             answered += 1
@@ -243,8 +241,7 @@ def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
         skip = store.is_opted_out(did)
     if skip:  # consent: not even a request to its PDS (and re-checked under the lock below)
         with db.connection_context(), db.atomic():
-            sql.execute("UPDATE net_backfill_queue SET state = ?, records = 0, updated_at = ? WHERE did = ?",
-                        ("done", sql.now_us(), did))
+            store.mark_queued(did, "done", 0)
         return
     try:
         with gevent.Timeout(kit.timeout):
@@ -268,5 +265,4 @@ def _one_did(kit: Kit, settings, did: str, t0: int) -> None:
             store.delete_stale_rows(did, kept, t0, touched)
             store.evict_over_cap(settings.featherreader_net_max_rows, touched)
             store.refresh_rollup(touched)
-        sql.execute("UPDATE net_backfill_queue SET state = ?, records = ?, updated_at = ? WHERE did = ?",
-                    (state, len(records or ()), sql.now_us(), did))
+        store.mark_queued(did, state, len(records or ()))

@@ -141,6 +141,21 @@ def forget_did(did: str, touched: set[str]) -> int:
     return removed
 
 
+# --- the rebuild's work list
+def enqueue(did: str) -> None:
+    sql.execute("INSERT INTO net_backfill_queue (did, state, updated_at) VALUES (?, ?, ?) ON CONFLICT (did) DO NOTHING",
+                (did, "pending", sql.now_us()))
+
+
+def mark_queued(did: str, state: str, records: int) -> None:
+    sql.execute("UPDATE net_backfill_queue SET state = ?, records = ?, updated_at = ? WHERE did = ?",
+                (state, records, sql.now_us(), did))
+
+
+def clear_queue() -> None:
+    sql.execute("DELETE FROM net_backfill_queue")
+
+
 def sweep_tombstones(before_us: int) -> None:
     """Forget deletes older than `before_us`: no replay or rebuild can still bring their records back."""
     sql.execute("DELETE FROM net_tombstone WHERE time_us < ?", (before_us,))
