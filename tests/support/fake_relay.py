@@ -54,6 +54,9 @@ class FakeNetwork:
         self.pds_upstream: str | None = None
         self.proxied: set[str] = set()
         self._holds: dict[tuple[str, str], threading.Event] = {}
+        self._in_flight = 0
+        self.most_in_flight = 0  # the most listRecords requests ever being answered at once
+        self._flight = threading.Lock()
         self._relay_page = 0
         outer = self
 
@@ -189,9 +192,19 @@ class FakeNetwork:
         return 200, {}, body
 
     def _list_records(self, query: dict):
+        with self._flight:
+            self._in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self._in_flight)
+        try:
+            return self._answer_records(query)
+        finally:
+            with self._flight:
+                self._in_flight -= 1
+
+    def _answer_records(self, query: dict):
         did = query.get("repo", "")
         if did in self.slow_dids:
-            time.sleep(self.slow_dids[did])
+            time.sleep(self.slow_dids[did])  # a slow PDS, so that concurrent requests overlap
         if did in self.failing_dids:
             return self.failing_dids[did], {}, {"error": "InternalServerError", "message": "boom"}
         if did not in self.records:
