@@ -47,6 +47,7 @@ from tests.support.fake_jetstream import FakeJetstream, make_commit
 from tests.support.process_world import assert_no_error_records, print_service_log
 from tests.support.process_world import wait_for as _wait
 from tests.support.service_process import ServiceProcess, service_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -295,7 +296,8 @@ def attack(svc: ServiceProcess, small: AttackerHost, big: AttackerHost, pds: Att
     try:
         answers = list(Pool(len(calls)).imap(lambda c: (c[0], c[1](c[2]), c[3]), calls))
     finally:
-        time.sleep(0.5)
+        after = len(polls)  # one more round of polls once the attack is answered: the service still answers
+        wait_until(lambda: len(polls) >= after + 2 or not watcher.is_alive(), timeout=30, message="the monitor's polls after the attack")
         stop.set()
         watcher.join(10)
     print(f"attack: {len(calls)} hostile requests answered in {time.monotonic() - started:.2f} s; "
