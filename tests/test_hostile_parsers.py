@@ -4,8 +4,10 @@ clean error (never a 500's traceback), and a megabyte of its worst known shape i
 Two kinds of test per parser:
   - Hypothesis properties: any input returns a value of the documented kind or raises the
     documented error; anything else (TypeError, RecursionError, OverflowError…) fails.
-  - Work bounds: adversarial shapes at 1 MB finish within BOUND_SECS. That is not a timing
-    claim: linear parsing takes milliseconds, the quadratic shapes these pin took minutes to hours.
+  - Work bounds: adversarial shapes at 1 MB are decided, each in its own test, and the time is
+    reported, never asserted. Linear parsing takes milliseconds; the quadratic shapes these pin
+    took minutes to hours, which the suite's per-test timeout (pytest-timeout, 300 s) turns into a
+    failure. bench/hostile.py measures the same shapes as a ratio against json.loads.
 """
 from __future__ import annotations
 
@@ -28,7 +30,6 @@ from tests.test_feeds_auth import LXM, P256, SERVICE, b64, mint
 from tests.test_identity import PLC, make
 
 MB = 1 << 20
-BOUND_SECS = 10.0
 NOW = 1_800_000_000
 MANY = settings(deadline=None, max_examples=200)
 
@@ -52,16 +53,14 @@ values = st.recursive(leaf, lambda kids: st.lists(kids, max_size=4) | st.diction
                                                                                       max_size=4), max_leaves=12)
 
 
-def within_bound(label: str, call):
-    """call()'s value or the exception it raised, having asserted it finished within BOUND_SECS."""
+def timed(label: str, call):
+    """call()'s value or the exception it raised; how long it took is printed (-s shows it)."""
     started = time.perf_counter()
     try:
         result = call()
     except Exception as exc:  # the caller asserts exactly which
         result = exc
-    took = time.perf_counter() - started
-    print(f"{label}: {took:.3f}s")
-    assert took < BOUND_SECS, f"{label} took {took:.1f}s"
+    print(f"{label}: {time.perf_counter() - started:.3f}s")
     return result
 
 
@@ -97,10 +96,10 @@ def test_a_megabyte_of_each_hostile_json_shape_is_decided_within_the_bound(name)
     deep = name in ("open brackets", "open objects", "bracket-quote pairs")
     valid = {"long string": "a" * (MB - 2), "escaped quotes": '"' * (MB // 2 - 1),
              "brackets in a string": "[" * (MB - 2)}
-    assert within_bound(f"json_depth_ok {name}", lambda: json_depth_ok(text)) is (not deep)
+    assert timed(f"json_depth_ok {name}", lambda: json_depth_ok(text)) is (not deep)
     for label, data in (("str", text), ("utf-8", text.encode()), ("utf-16", text.encode("utf-16"))):
-        got = within_bound(f"loads_limited {name} {label}", lambda: loads_limited(data))
-        reply = within_bound(f"FetchResponse.json {name} {label}",
+        got = timed(f"loads_limited {name} {label}", lambda: loads_limited(data))
+        reply = timed(f"FetchResponse.json {name} {label}",
                              lambda: FetchResponse(200, {}, data if label != "str" else data.encode(), "u", ()).json())
         for result in (got, reply):
             if deep:
@@ -137,7 +136,7 @@ TOO_DEEP = {"error": "InvalidRequest", "message": f"JSON nested deeper than {MAX
 def test_a_megabyte_request_body_of_each_hostile_shape_is_a_400_within_the_bound(password_app, name):
     client = password_app.test_client()
     token = client.get("/api/session").json["csrfToken"]
-    r = within_bound(f"POST /api/session {name}", lambda: client.post(
+    r = timed(f"POST /api/session {name}", lambda: client.post(
         "/api/session", data=JSON_SHAPES[name], content_type="application/json", headers={"X-CSRF-Token": token}))
     assert (r.status_code, r.json) == (400, TOO_DEEP if name == "open brackets" else SEND_JSON)
 
@@ -201,7 +200,7 @@ TOKEN_SHAPES = {  # 3/4 MB of JSON is 1 MB of base64
 
 @pytest.mark.parametrize("name", TOKEN_SHAPES)
 def test_a_megabyte_token_is_refused_within_the_bound(name):
-    result = within_bound(f"verify {name}", lambda: check(TOKEN_SHAPES[name]))
+    result = timed(f"verify {name}", lambda: check(TOKEN_SHAPES[name]))
     assert (raised(result), result.error) == ("AuthError", "BadJwt")
 
 
@@ -261,7 +260,7 @@ DOC_SHAPES = {
 
 @pytest.mark.parametrize("name", DOC_SHAPES)
 def test_a_megabyte_did_document_is_refused_within_the_bound(name):
-    result = within_bound(f"resolve_did {name}", lambda: resolve(DOC_SHAPES[name]))
+    result = timed(f"resolve_did {name}", lambda: resolve(DOC_SHAPES[name]))
     assert isinstance(result, UnresolvableDid)
     expected = {"a key of a megabyte of base58": "is unusable", "a legacy key of a megabyte": "is unusable",
                 "many handles": "publishes no signing key", "many services": "publishes no signing key"}
@@ -315,8 +314,8 @@ IDENTIFIER_SHAPES = {
 def test_a_megabyte_identifier_is_refused_by_every_parser_within_the_bound(name):
     text = IDENTIFIER_SHAPES[name]
     for parse in PARSES:
-        assert raised(within_bound(f"{parse.__name__} {name}", lambda: parse(text))) == "InvalidSyntax"
-    assert within_bound(f"did_web_host {name}", lambda: syntax.did_web_host(text)) is None
+        assert raised(timed(f"{parse.__name__} {name}", lambda: parse(text))) == "InvalidSyntax"
+    assert timed(f"did_web_host {name}", lambda: syntax.did_web_host(text)) is None
 
 
 # --- feed cursors and page sizes ----------------------------------------------------------------
@@ -369,8 +368,8 @@ def test_a_page_size_is_always_within_the_lexicons_range(raw):
 @pytest.mark.parametrize("text", [_cursor({"t": 1, "u": "x" * MB, "k": "time"}), "A" * MB, '"\\' * (MB // 2)],
                          ids=["a megabyte u", "base64", "quote-backslash"])
 def test_a_megabyte_cursor_is_ignored_within_the_bound(text):
-    assert within_bound("cursor.decode", lambda: cursors.decode(text, "time")) is None
-    assert within_bound("parse_limit", lambda: query.parse_limit(text)) == query.DEFAULT_LIMIT
+    assert timed("cursor.decode", lambda: cursors.decode(text, "time")) is None
+    assert timed("parse_limit", lambda: query.parse_limit(text)) == query.DEFAULT_LIMIT
 
 
 @pytest.fixture
@@ -455,7 +454,7 @@ def test_a_record_at_the_depth_limit_is_stored_and_read_back(feeds):
 @pytest.mark.parametrize("name", ["quote-backslash", "open brackets", "empty arrays", "long string", "open objects"])
 def test_a_megabyte_jetstream_frame_is_a_decode_error_within_the_bound(name):
     frame = JSON_SHAPES[name].encode()
-    result = within_bound(f"jetstream decode {name}", lambda: decode(frame))
+    result = timed(f"jetstream decode {name}", lambda: decode(frame))
     assert (raised(result), str(result)) == ("DecodeError", "frame is not a JSON object" if name == "long string"
                                            else "not JSON: JSONDecodeError")
 
@@ -463,7 +462,7 @@ def test_a_megabyte_jetstream_frame_is_a_decode_error_within_the_bound(name):
 def test_a_megabyte_record_of_empty_arrays_is_read_within_the_bound():
     # Valid and shallow but all brackets: orjson reads it, and so does the depth check after it.
     frame = _post_frame(2).replace('"deep": []', '"deep": [' + "[]," * (MB // 3) + "[]]").encode()
-    event = within_bound("jetstream decode a record of empty arrays", lambda: decode(frame))
+    event = timed("jetstream decode a record of empty arrays", lambda: decode(frame))
     assert event.record["deep"] == [[]] * (MB // 3 + 1)
 
 
@@ -483,7 +482,7 @@ def test_ascii_int_is_int_of_ascii_digits_or_none(raw, signed):
 @pytest.mark.parametrize("raw", ["9" * MB, "٣" * MB, "-" + "1" * MB, " " * MB + "1"],
                          ids=["digits", "arabic-indic digits", "negative", "spaces"])
 def test_a_megabyte_integer_is_none_within_the_bound(raw):
-    assert within_bound("ascii_int", lambda: ascii_int(raw, signed=True)) is None
+    assert timed("ascii_int", lambda: ascii_int(raw, signed=True)) is None
 
 
 # --- form fields ----------------------------------------------------------------------------------
@@ -527,13 +526,13 @@ def test_a_megabyte_form_field_is_answered_within_the_bound(password_app, name):
     from feather.sync.api import parse_apps
 
     if name == "apps":
-        assert within_bound("parse_apps", lambda: parse_apps(["," * MB, "a," * (MB // 2)])) == ["a"] * (MB // 2)
+        assert timed("parse_apps", lambda: parse_apps(["," * MB, "a," * (MB // 2)])) == ["a"] * (MB // 2)
     elif name == "next":
         with password_app.test_request_context("/"):
-            assert within_bound("safe_next", lambda: safe_next("/" + "a/" * (MB // 2))) == "/" + "a/" * (MB // 2)
-            assert within_bound("safe_next", lambda: safe_next("/\t" * (MB // 2))) == "/"
+            assert timed("safe_next", lambda: safe_next("/" + "a/" * (MB // 2))) == "/" + "a/" * (MB // 2)
+            assert timed("safe_next", lambda: safe_next("/\t" * (MB // 2))) == "/"
     else:
-        result = within_bound("check_text", lambda: check_text("\U0001f469\u200d" * (MB // 2), ""))
+        result = timed("check_text", lambda: check_text("\U0001f469\u200d" * (MB // 2), ""))
         assert isinstance(result, PublishError)
 
 
@@ -591,7 +590,7 @@ def test_a_megabyte_feeds_config_is_refused_within_the_bound(config_file, name):
 
     text, said = TOML_SHAPES[name]
     config_file.write_bytes(text if isinstance(text, bytes) else text.encode())
-    result = within_bound(f"feeds config {name}", lambda: load(str(config_file)))
+    result = timed(f"feeds config {name}", lambda: load(str(config_file)))
     assert raised(result) == "FeedsConfigError"
     assert str(result).startswith(f"FEATHERREADER_CONFIG: {config_file} {said}") or \
         str(result).startswith(f"{config_file}: {said}")
@@ -647,7 +646,7 @@ def test_client_keys_nested_or_hostile_are_a_config_error(raw):
     from feather.auth.dpop import load_client_keys
     from feather.config import ConfigError
 
-    result = within_bound("load_client_keys", lambda: load_client_keys(raw))
+    result = timed("load_client_keys", lambda: load_client_keys(raw))
     assert raised(result) == "ConfigError" and isinstance(result, ConfigError)
     assert str(result).startswith("FEATHERREADER_OAUTH_CLIENT_KEYS: not a JWK or JWK Set: ")
 
