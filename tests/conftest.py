@@ -81,10 +81,11 @@ def database_url(request, tmp_path):
 
 @pytest.fixture
 def make_app(database_url, tmp_path):
-    """Build an app on the test database with extra settings; migrations applied unless told not to."""
+    """Build an app on the test database with extra settings; migrated unless told not to, as a
+    process starts (the migrations, then each feature's ensure_schema: the feeds' records tables)."""
     from feather import create_app
     from feather.db import db
-    from feather.migrate import upgrade
+    from feather.process.runtime import migrate as start
 
     made = []
 
@@ -99,7 +100,7 @@ def make_app(database_url, tmp_path):
         app = create_app(config)
         made.append(app)
         if migrate:
-            upgrade(db.obj)
+            start(app)
         return app
 
     yield make

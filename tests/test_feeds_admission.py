@@ -201,7 +201,7 @@ def test_a_failing_author_fetch_backs_off_doubling_and_gives_up_at_the_fifth_try
 
 
 def test_a_followed_authors_listing_is_stored_once_and_then_served_from_the_store_for_a_while(make_app, tmp_path):
-    from feather.feeds import authors, schema
+    from feather.feeds import authors
 
     repo = [("p0", "bafyp0", {"$type": POST, "text": "p0", "createdAt": iso(BASE_US)})]
     sources = FakeSources(repos={(C, POST): repo})
@@ -209,7 +209,6 @@ def test_a_followed_authors_listing_is_stored_once_and_then_served_from_the_stor
     run(app, global_handler(app), [follow(A, "f1", C)])  # a served actor follows C: the store keeps C
     post_collection = app.extensions["feeds"].collections["post"]
     with app.app_context(), db.connection_context():
-        schema.ensure(app.extensions["feeds"])
         config = app.extensions["feeds"]
         first = authors.backfill_listing(app, config, post_collection, C)
         second = authors.backfill_listing(app, config, post_collection, C)

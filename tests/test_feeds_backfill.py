@@ -135,9 +135,10 @@ def test_an_unresolvable_pds_is_an_error_not_a_crash(make_app, tmp_path, pds):
     assert row[:2] == (0, 1) and "UnresolvableDid" in row[2]
 
 
-def test_a_backfill_on_a_fresh_database_creates_the_tables_it_needs(make_app, tmp_path):
-    """A sign-in can come before any ingest batch ran schema.ensure (seen in the whole process:
-    'no such table: feed_records_follow' at the first sign-in, then a retry minutes later)."""
+def test_a_backfill_on_a_fresh_database_finds_the_tables_it_needs(make_app, tmp_path):
+    """A sign-in can come before any ingest batch (seen in the whole process: 'no such table:
+    feed_records_follow' at the first sign-in, then a retry minutes later): the tables are made
+    when the process starts (feather.feeds.ensure_schema), not by the first batch."""
     from tests.fixtures.feeds.feedkit import FakeSources
 
     follows = [(f"f{i}", None, {"$type": FOLLOW, "subject": f"did:plc:bee{i}", "createdAt": iso(1_700_000_000_000_000)})

@@ -101,17 +101,9 @@ def apply_log(app, batches, ordered_only: bool, paths=None) -> dict:
     return state
 
 
-def _schema(app):
-    from feather.feeds import schema
-
-    with app.app_context(), db.connection_context():
-        schema.ensure(app.extensions["feeds"])
-
-
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("dids", [FEW, MANY], ids=["few-accounts", "many-accounts"])
 def test_random_batches_give_exactly_the_per_event_result(app, seed, dids):
-    _schema(app)
     batches = random_batches(seed, dids, size=40 if dids is FEW else 150)
     reference = apply_log(app, batches, ordered_only=True)
     assert reference["feed_items"] and reference["tombstones"]  # the log exercises fan-out and deletes
@@ -152,7 +144,6 @@ def _independent_batch(n: int, offset: int) -> list:
 
 
 def test_a_batch_runs_the_same_statements_whatever_its_size(app):
-    _schema(app)
     small = _statements(app, _independent_batch(20, 0))
     large = _statements(app, _independent_batch(500, 100_000))
     # Per collection (post, follow): the stored records and the tombstones read, one upsert; per
@@ -164,7 +155,6 @@ def test_a_batch_runs_the_same_statements_whatever_its_size(app):
 
 def test_a_follow_and_a_post_by_its_subject_in_one_batch_keep_stream_order(app):
     """The ordered path: F follows S, then S posts; and S posts, then F' follows S."""
-    _schema(app)
     s, f, g = "did:plc:ssss", "did:plc:ffff", "did:plc:gggg"
     old = [post(s, f"old{i}", BASE_US + i) for i in range(4)]
     batch = [follow(f, "f1", s, at_us=BASE_US + 10), post(s, "new", BASE_US + 11),
@@ -185,7 +175,6 @@ def test_an_edit_of_a_record_no_longer_stored_moves_its_old_feed_row_instead_of_
     such a record must meet the old row at its old time: feed_items is unique by (actor,
     collection, time_us, uri), so a fan-out at the new time alone would add a second row."""
     app = feeds_app(make_app, tmp_path, toml())
-    _schema(app)
     a, s = "did:plc:reader", "did:plc:author"
     apply_log(app, [[follow(a, "f1", s), post(s, "p1", BASE_US + 10)]], ordered_only=ordered_only)
     uri = f"at://{s}/{POST}/p1"
@@ -201,7 +190,6 @@ def test_an_edit_of_a_record_no_longer_stored_moves_its_old_feed_row_instead_of_
 def test_a_record_deleted_twice_in_one_batch_keeps_the_later_delete_as_its_tombstone(app):
     """Delete, re-create, delete again, all in one batch on the set-based path: the tombstone is
     the second delete, so a replay of the re-create (older than it) is refused afterwards."""
-    _schema(app)
     s, reader = "did:plc:solo", "did:plc:reader"
     uri = f"at://{s}/{POST}/p1"
     first = [follow(reader, "f1", s), post(s, "p1", BASE_US + 1)]
@@ -221,7 +209,6 @@ def test_a_record_deleted_twice_in_one_batch_keeps_the_later_delete_as_its_tombs
 def test_a_replayed_older_delete_never_moves_a_tombstone_back(app, ordered_only):
     """Deleted at +4, re-created at +5, then a replay brings the delete at +2 again (the record is
     stored, so the delete applies): the tombstone stays at +4, the newest delete seen."""
-    _schema(app)
     s, reader = "did:plc:solo", "did:plc:reader"
     uri = f"at://{s}/{POST}/p1"
     first = [follow(reader, "f1", s), post(s, "p1", BASE_US + 1)]
@@ -235,7 +222,6 @@ def test_a_replayed_older_delete_never_moves_a_tombstone_back(app, ordered_only)
 def test_a_write_stamped_at_its_uris_delete_time_is_refused(app, ordered_only):
     """The tombstone refuses every write not newer than the delete: one at the very same instant
     cannot be told to come after it, so the record stays deleted and off the follower's feed."""
-    _schema(app)
     s, reader = "did:plc:solo", "did:plc:reader"
     same = create(s, POST, "p1", {"text": "again", "createdAt": iso(BASE_US + 5)}, time_us=BASE_US + 5)
     result = apply_log(app, [[follow(reader, "f1", s), post(s, "p1", BASE_US + 1)],
@@ -248,7 +234,6 @@ def test_a_write_stamped_at_its_uris_delete_time_is_refused(app, ordered_only):
 def test_a_create_over_a_stored_follow_is_an_edit_and_backfills_nothing(app, ordered_only):
     """Only a follow's first create backfills its subject's past posts: a create event at a URI
     already stored (a changed subject) moves the follow and fans out what comes next, no more."""
-    _schema(app)
     reader, first, second = "did:plc:reader", "did:plc:first", "did:plc:second"
     old = [post(second, f"old{i}", BASE_US + i) for i in range(2)]
     moved = create(reader, FOLLOW, "f1", {"subject": second, "createdAt": iso(BASE_US + 20)}, time_us=BASE_US + 20)

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import admission, authors, backfill, batch, fanout, hybrid, prune, schema, storage
+from feather.feeds import admission, authors, backfill, batch, fanout, hybrid, prune, storage
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
 A, S = "did:plc:aaaa", "did:plc:ssss"
@@ -144,7 +144,6 @@ def test_every_fanout_and_prune_statement_is_index_bounded(app):
     config = app.extensions["feeds"]
     failures = {}
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         for name, ((sql, params), tables) in statements(config).items():
             lines = plan(sql, params)
             # (has_full_scan knows no ordered walk; unbounded_scans judges those alone.)
@@ -188,7 +187,6 @@ def test_every_feed_items_index_is_the_one_a_pinned_statement_uses(app):
     config = app.extensions["feeds"]
     key = "KEY" if current_dialect().is_sqlite else "feed_items_page"
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         indexes = _feed_items_indexes()
         pinned = statements(config)
         uses = {name: _uses(plan(*pinned[name][0]), indexes) for name in JUSTIFIED}
@@ -224,9 +222,7 @@ def test_the_guardrail_catches_a_bare_scan(app):
 def test_only_collections_served_by_list_records_keep_a_time_index(app):
     """(time_us, uri) serves listRecords over a whole collection and nothing else; follows and
     profiles are private by default, so their tables skip that write per ingested record."""
-    config = app.extensions["feeds"]
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         if current_dialect().is_sqlite:
             sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'feed_records_%_time'"
         else:
@@ -241,7 +237,6 @@ def test_an_unfollow_is_bounded_by_the_followers_feed_of_one_collection(app):
     it reads the follower's whole feed of every collection."""
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         pinned = statements(config)
         plans = {name: plan(*pinned[name][0]) for name in ("unfollow", "batch unfollow")}
     if current_dialect().is_sqlite:
@@ -258,7 +253,6 @@ def test_an_unfollows_remaining_follow_check_probes_the_subject_index_by_subject
     probe of the (subject, did) index per unfollow, not a walk of every follower of the subject."""
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         pinned = statements(config)
         plans = {name: plan(*pinned[name][0]) for name in ("unfollow", "batch unfollow")}
     if current_dialect().is_sqlite:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from feather.db import current_dialect, db, index_planned
-from feather.feeds import apply, batch, schema
+from feather.feeds import apply, batch
 from feather.jetstream.events import CommitEvent
 from tests.conftest import PG_URL
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
@@ -60,7 +60,6 @@ def _whole_table_paths(lines: list[str]) -> list[str]:
 def test_batch_statements_plan_by_index_on_tables_no_analyze_has_seen(app):
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         with db.atomic() as txn:
             _fill(config)
             unguided = _plans(config)
@@ -95,7 +94,6 @@ def test_the_feeds_handler_writes_under_the_settings_and_ends_them(app, monkeypa
 
     monkeypatch.setattr(batch, "write", write_and_look)
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         with db.atomic() as txn:
             seen.append(settings())
             assert apply.apply_batch(config, [event]) == 1

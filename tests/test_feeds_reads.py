@@ -11,7 +11,6 @@ from feather.db import db
 from tests.fixtures.feeds.feedkit import (
     BASE_US, POST, PROFILE, FakeSources, feeds_app, follow, ingest, iso, join_backfills, post, rows, toml,
 )
-from feather.feeds import schema
 from feather.feeds.sources import SourceError
 from feather.jetstream.events import IdentityEvent
 
@@ -162,7 +161,6 @@ def test_a_failed_lookup_is_asked_again_only_after_the_retry_interval(make_app, 
     config = app.extensions["feeds"]
     t = BASE_US
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         answers = [identities.hydrate(app, config, [C], now=now)
                    for now in (t, t + 1, t + identities.LOOKUP_RETRY_US - 1)]
         assert answers == [{C: None}] * 3
@@ -178,7 +176,6 @@ def test_a_failed_recheck_keeps_the_handle_verified_before(make_app, tmp_path):
     app = feeds_app(make_app, tmp_path, toml(), sources=sources)
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context():
-        schema.ensure(config)
         assert identities.hydrate(app, config, [C], now=BASE_US) == {C: "cy.test"}
         app.extensions["feeds_sources"] = _Unreachable()
         later = BASE_US + identities.HANDLE_TTL_US

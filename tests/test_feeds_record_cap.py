@@ -52,9 +52,6 @@ def test_a_followed_authors_fetched_records_past_the_cap_are_not_stored(make_app
     sources = FakeSources(repos={(C, "app.bsky.feed.post"): [("big", "bafybig", big), ("small", "bafysmall", small)]})
     app = feeds_app(make_app, tmp_path, toml(), sources=sources, FEED_SERVE="signed-in")
     with app.app_context(), db.connection_context():
-        from feather.feeds import schema
-
-        schema.ensure(app.extensions["feeds"])
         with db.atomic():
             authors.request([C])
         assert authors.fetch_tick(app, app.extensions["feeds"]) == 1

@@ -29,11 +29,10 @@ def tick(app, now_ms=10**13):
 
 def plant_post(app, did, rkey, at_us):
     """A record stored before admission existed (or under FEED_SERVE=all)."""
-    from feather.feeds import records, schema
+    from feather.feeds import records
 
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context(), db.atomic():
-        schema.ensure(config)
         records.store(config.collections["post"], uri=f"at://{did}/{POST}/{rkey}", did=did, rkey=rkey, cid="bafy",
                       record={"text": rkey, "createdAt": iso(at_us)}, time_us=at_us)
 

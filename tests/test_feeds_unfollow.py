@@ -14,7 +14,7 @@ import random
 import pytest
 
 from feather.db import db
-from feather.feeds import apply, schema
+from feather.feeds import apply
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, FakeSources, create, delete, feed_uris, feeds_app, follow, ingest, iso, post, rows,
     unfollow,
@@ -48,10 +48,7 @@ followBackfill = 2
 
 @pytest.fixture
 def app(make_app, tmp_path):
-    app = feeds_app(make_app, tmp_path, TWO_GRAPHS, sources=FakeSources())
-    with app.app_context(), db.connection_context():
-        schema.ensure(app.extensions["feeds"])
-    return app
+    return feeds_app(make_app, tmp_path, TWO_GRAPHS, sources=FakeSources())
 
 
 @pytest.fixture(params=["set-based", "per-event"])

@@ -30,6 +30,17 @@ def config_for(settings) -> FeedsConfig:
     return _load_cached(path, mtime)
 
 
+def ensure_schema(settings) -> None:
+    """The feature's start hook (feather/features.py, run by feather/process/runtime.py after the
+    migrations, with a connection open): the records tables this config names, created before any
+    batch, request or job of this process needs them."""
+    from feather.feeds import schema
+
+    config = config_for(settings)
+    if config.collections:
+        schema.ensure(config)
+
+
 def init_app(app) -> None:
     from feather.config import ConfigError
     from feather.feeds.config import FeedsConfigError

@@ -134,9 +134,6 @@ class Admission:
         current = version()
         if current == self.version and not force:
             return False
-        from feather.feeds import schema
-
-        schema.ensure(self.config)  # a fresh database has no records tables until first use
         served = served_set(self.config)
         self.served, self.followees = served, followees_of(self.config, sorted(served))
         self.version = current

@@ -15,7 +15,7 @@ import logging
 
 from feather.db import db, index_planned
 from feather.feeds import admission as admission_db
-from feather.feeds import authors, batch, identities, plan, records, schema, serial
+from feather.feeds import authors, batch, identities, plan, records, serial
 from feather.feeds.admission import Admission
 from feather.feeds.config import FeedsConfig
 from feather.jetstream.events import CommitEvent, IdentityEvent
@@ -51,7 +51,6 @@ def apply_batch(config: FeedsConfig, events, admission: Admission | None = None)
         if not events:
             return 0
     serial.lock_writes()  # before any row lock: the sweeps and backfills queue behind the batch
-    schema.ensure(config)
     # Every statement below is index-bounded (the EXPLAIN guardrail); on PostgreSQL it is also
     # planned that way while statistics lag a fast-growing table (Dialect.index_planning_sql).
     with index_planned():

@@ -112,11 +112,8 @@ def join_all(app, timeout: float = 30.0) -> None:
 
 def run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
     """The background body; returns whether the backfill completed."""
-    from feather.feeds import schema
-
     with app.app_context(), db.connection_context():
         try:
-            schema.ensure(config)  # a sign-in on a fresh database can come before any batch made the tables
             return _run(app, config, feed, actor)
         except Exception as exc:  # never leave a claim stuck on an unexpected bug
             log.exception("feeds: backfill of %s/%s failed", actor, feed.name)

@@ -20,7 +20,7 @@ from flask import Blueprint, abort, current_app, jsonify, request
 
 from feather.db import current_dialect, db
 from feather.errors import ApiError
-from feather.feeds import admission, backfill, budget, hybrid, query, schema
+from feather.feeds import admission, backfill, budget, context, hybrid, query
 from feather.feeds.config import Feed, FeedsConfig
 from feather.feeds.service_auth import AuthError, init_errors, verify
 from feather.feeds.sources import sources_for
@@ -76,12 +76,6 @@ def _settings():
     return current_app.config["FEATHER"]
 
 
-def _config() -> FeedsConfig:
-    config = current_app.extensions["feeds"]
-    schema.ensure(config)
-    return config
-
-
 def did_document():
     settings = _settings()
     did = web_did(settings)
@@ -93,7 +87,7 @@ def did_document():
 
 
 def describe():
-    return jsonify({"did": service_did(_settings()), "feeds": [{"uri": u} for u in published_uris(_config())]})
+    return jsonify({"did": service_did(_settings()), "feeds": [{"uri": u} for u in published_uris(context.config())]})
 
 
 def parse_limit(raw: str | None) -> int:
@@ -104,7 +98,7 @@ def parse_limit(raw: str | None) -> int:
 def skeleton():
     from feather.feeds.xrpc import ChargedKeys
 
-    config, settings = _config(), _settings()
+    config, settings = context.config(), _settings()
     uri = request.args.get("feed")
     if not uri:
         raise ApiError(400, "InvalidRequest", "feed parameter required")

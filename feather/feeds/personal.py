@@ -88,14 +88,12 @@ def people(config, dids: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """{did: (verified handle or None, display name or None)} for those of dids the store can name:
     the handle feed_identities holds (unless an identity event has made it unverified since) and the
     display name of the stored profile record, as /timeline shows them. Database reads only."""
-    from feather.feeds import schema
     from feather.feeds.records import _uri_in
     from feather.feeds.timeline import _display_names
 
     dids = list(dict.fromkeys(d for d in dids if d))
     if not dids:
         return {}
-    schema.ensure(config)  # a fresh database has no profile table until first use
     handles = {did: handle for did, handle, checked in _uri_in(
         "SELECT did, handle, handle_checked_us FROM feed_identities WHERE handle IS NOT NULL AND did IN", dids)
         if checked}

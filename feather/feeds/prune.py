@@ -137,13 +137,10 @@ def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, served: set[st
 def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> SweepResult | None:
     """The scheduled tick (every 10 s): one slice when the stream dirtied a feed at least 10 s
     after the last slice, or when a recovery pass is due (also on an idle stream); else nothing."""
-    from feather.feeds import schema
-
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     caps = config.target_caps()
     if not caps:
         return None
-    schema.ensure(config)
     with db.atomic():
         state = load_state()
         dirty_due = state.dirty and now_ms - state.last_slice_ms >= SLICE_MIN_INTERVAL_MS

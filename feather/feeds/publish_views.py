@@ -16,7 +16,7 @@ from flask.cli import AppGroup
 
 from feather.auth import consent_url, current_account, has_scopes, is_admin, login_required, pds_client
 from feather.auth.grants import NeedsReauth
-from feather.feeds import generator, publish, schema
+from feather.feeds import context, generator, publish
 
 bp = Blueprint("feed_publish", __name__)
 
@@ -31,17 +31,11 @@ def _admin():
     return account
 
 
-def _config():
-    config = current_app.extensions["feeds"]
-    schema.ensure(config)
-    return config
-
-
 @bp.get("/feeds/publish")
 @login_required
 def page():
     account = _admin()
-    config, settings = _config(), current_app.config["FEATHER"]
+    config, settings = context.config(), current_app.config["FEATHER"]
     return render_template("timeline/publish.html", account=account, feeds=generator.publishable(config),
                            published=publish.publications(), service_did=generator.service_did(settings),
                            prefill={k: request.args.get(k, "") for k in ("feed", "display_name", "description")})
@@ -53,7 +47,7 @@ def act():
     from feather.atproto.pds import PdsError
 
     account = _admin()
-    config, settings = _config(), current_app.config["FEATHER"]
+    config, settings = context.config(), current_app.config["FEATHER"]
     action, feed = request.form.get("action"), request.form.get("feed", "")
     name, desc = request.form.get("display_name", ""), request.form.get("description", "")
     back = url_for("feed_publish.page")
@@ -130,7 +124,7 @@ def publish_command(feed, account, display_name, description, app_password):
     """Publish FEED (a feed of the feeds config) as a Bluesky feed generator."""
     with _failures_as_messages():
         did, client = _client_for(account, app_password)
-        uri = publish.publish(client, _config(), did, feed, display_name, description,
+        uri = publish.publish(client, context.config(), did, feed, display_name, description,
                               generator.service_did(current_app.config["FEATHER"]))
     click.echo(uri)
 

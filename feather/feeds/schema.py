@@ -1,9 +1,11 @@
-"""The per-collection records tables, created from the feeds config on first use.
+"""The per-collection records tables, created from the feeds config when a process starts.
 
 They depend on the operator's TOML (one `feed_records_<short>` per collection), so a numbered
-migration cannot name them. `ensure()` runs idempotent `CREATE … IF NOT EXISTS` once per
-database object and process; on PostgreSQL a transaction-scoped advisory lock keeps two
-processes from racing on the catalog. Renaming a short name starts an empty table.
+migration cannot name them. `ensure()` runs right after the migrations (`flask db upgrade`, and
+every web or worker process as it starts: the feature's ensure_schema hook, feather/features.py),
+so a batch, a request or a job finds them in place. It is idempotent (`CREATE … IF NOT EXISTS`); on PostgreSQL
+a transaction-scoped advisory lock keeps two processes from racing on the catalog. Renaming a
+short name starts an empty table.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from feather.feeds import serial
 from feather.feeds.config import FeedsConfig
 
 _PG_DDL_LOCK_KEY = 0x6665617468657210
-_MARK = "_feather_feeds_schema"
 
 
 def subject_expr(alias: str = "r") -> str:
@@ -59,36 +60,24 @@ def _objects(config: FeedsConfig) -> list[tuple[str, str, bool]]:
 
 
 def ensure(config: FeedsConfig) -> None:
-    """Create the records tables for this config if they are missing (cheap after the first call)."""
-    database = db.obj
-    signature = tuple(sorted((c.table, c.nsid) for c in config.collections.values()))
-    if getattr(database, _MARK, None) == signature:
-        return
-    d = current_dialect()
-    # Inside a caller's transaction (the ingest batch) a later rollback could undo the DDL, so
-    # only a standalone run may remember that the tables exist; nested runs look again each time
-    # until a standalone one (a request, the prune job) marks them.
-    standalone = not db.in_transaction()
+    """Create the records tables for this config if they are missing. Run once when a process
+    starts (feather.feeds.ensure_schema), never by a batch, a request or a job."""
     objects = _objects(config)
     if _in_place(objects):
         # One catalog read instead of a dozen DDL statements. On PostgreSQL even a CREATE INDEX
         # IF NOT EXISTS of an index that exists takes its table's SHARE lock, held to commit: run
         # by a web process starting up while the ingest batch wrote, it deadlocked the batch
-        # (which was replayed). The ingest batch calls this every time; what a transaction sees
-        # may yet be rolled back, so only a standalone call remembers it.
-        if standalone:
-            setattr(database, _MARK, signature)
+        # (which was replayed).
         return
+    d = current_dialect()
     with db.atomic():
         # Creating takes table locks: queue with every writer of these tables first, in the order
         # the ingest batch takes the two locks, so the DDL never waits on a batch holding a row.
         serial.lock_writes()
         if not d.is_sqlite:
             db.execute_sql(d.q("SELECT pg_advisory_xact_lock(?)"), (_PG_DDL_LOCK_KEY,))
-        for sql, _, _ in objects:
-            db.execute_sql(sql)
-    if standalone:
-        setattr(database, _MARK, signature)
+        for statement, _, _ in objects:
+            db.execute_sql(statement)
 
 
 def _in_place(objects: list[tuple[str, str, bool]]) -> bool:

@@ -14,15 +14,9 @@ from urllib.parse import urlencode
 from flask import Blueprint, abort, current_app, render_template, request, url_for
 
 from feather.auth import current_account, login_required
-from feather.feeds import backfill, schema, timeline
+from feather.feeds import backfill, context, timeline
 
 bp = Blueprint("timeline", __name__)
-
-
-def _config():
-    config = current_app.extensions["feeds"]
-    schema.ensure(config)
-    return config
 
 
 def _feed(config):
@@ -57,7 +51,7 @@ def _url(endpoint: str, **params) -> str:
 
 
 def _context() -> dict:
-    config = _config()
+    config = context.config()
     feed = _feed(config)
     target = _target(feed)
     did = current_account().did
@@ -105,7 +99,7 @@ def more():
 @login_required
 def new():
     """The "N new posts" notice: a link to the newest page, or nothing (htmx polls it)."""
-    config = _config()
+    config = context.config()
     feed = _feed(config)
     target = _target(feed)
     count = timeline.newer_count(config, feed, current_account().did, request.args.get("top"), target)

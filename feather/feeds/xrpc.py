@@ -11,17 +11,11 @@ from flask import Blueprint, current_app, jsonify, request
 
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
-from feather.feeds import admission, authors, backfill, budget, hybrid, query, schema
+from feather.feeds import admission, authors, backfill, budget, context, hybrid, query
 from feather.feeds.config import FeedsConfig
 from feather.feeds.sources import sources_for
 
 STRIPPED = ("feed", "actor", "collection")
-
-
-def _config() -> FeedsConfig:
-    config = current_app.extensions["feeds"]
-    schema.ensure(config)
-    return config
 
 
 def _charge_lookup(identifier: str) -> None:
@@ -44,7 +38,7 @@ def _resolve(identifier: str) -> str:
 
 
 def get_feed():
-    config = _config()
+    config = context.config()
     settings = current_app.config["FEATHER"]
     feed_name, actor = request.args.get("feed"), request.args.get("actor")
     if not feed_name or not actor:
@@ -90,7 +84,7 @@ class ChargedKeys:
 
 
 def list_records(short: str):
-    config = _config()
+    config = context.config()
     collection = config.collections[short]
     author = request.args.get("actor") or request.args.get("did")
     did = _resolve(author) if author else None
@@ -105,7 +99,7 @@ def list_records(short: str):
 
 
 def get_record(short: str):
-    config = _config()
+    config = context.config()
     collection = config.collections[short]
     raw = request.args.get("uri")
     if not raw:
