@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from feather import sql
 from feather.db import db
 from feather.feeds import prune
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, cid_of, create, delete, feeds_app, follow, ingest, iso, rows, unfollow
@@ -45,8 +46,7 @@ def make(make_app, tmp_path, cap, backfill):
     with app.app_context(), db.connection_context(), db.atomic():  # no first-read bootstrap here
         for actor in USERS:
             for feed in ("plain", "hybrid"):
-                db.execute_sql(prune._q("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, ?, 1)"),
-                               (actor, feed))
+                sql.execute("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, ?, 1)", (actor, feed))
     return app
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from feather import sql
 from feather.db import db
 from feather.feeds import prune
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, feeds_app, follow, ingest, post, rows, toml
@@ -20,9 +21,8 @@ def app(make_app, tmp_path):
 def put(app, actor, times, collection=POST, tag=""):
     with app.app_context(), db.connection_context(), db.atomic():
         for i, t in enumerate(times):
-            db.execute_sql(
-                prune._q("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)"),
-                (actor, f"at://did:plc:x/{collection}/{actor[-4:]}{tag}{i:03d}", collection, t))
+            sql.execute("INSERT INTO feed_items (actor, uri, collection, time_us) VALUES (?, ?, ?, ?)",
+                        (actor, f"at://did:plc:x/{collection}/{actor[-4:]}{tag}{i:03d}", collection, t))
 
 
 def times_of(app, actor):
@@ -112,7 +112,7 @@ def test_run_slice_persists_the_rolling_cursor_and_clears_it_on_wrap(app):
 def set_state(app, **values):
     sets = ", ".join(f"{k} = ?" for k in values)
     with app.app_context(), db.connection_context():
-        db.execute_sql(prune._q(f"UPDATE feed_prune_state SET {sets} WHERE id = 1"), tuple(values.values()))
+        sql.execute(f"UPDATE feed_prune_state SET {sets} WHERE id = 1", tuple(values.values()))
 
 
 def test_recovery_gate_runs_when_due_and_not_otherwise(app):

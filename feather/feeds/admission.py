@@ -21,22 +21,15 @@ from __future__ import annotations
 
 import time
 
+from feather import sql
 from feather.atproto.syntax import is_valid_did
-from feather.db import current_dialect, db
+from feather.db import db
 from feather.errors import ApiError
 from feather.feeds.config import FeedsConfig
 from feather.jetstream.events import CommitEvent
 
 POLL_SECS = 2.0
 ALL, READERS, SIGNED_IN = "all", "readers", "signed-in"
-
-
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
 
 
 # --- the served set, from the database -----------------------------------------------------------
@@ -48,14 +41,14 @@ SERVED_SQL = "SELECT did FROM feed_actors UNION ALL SELECT did FROM auth_grant"
 def served_set(config: FeedsConfig) -> set[str]:
     """Every served actor: the config's, readers and sign-ins recorded here, and every account that
     ever signed in (auth_grant), so accounts from before admission existed are served too."""
-    return set(config.actors) | {row[0] for row in db.execute_sql(SERVED_SQL).fetchall()}
+    return set(config.actors) | {row[0] for row in sql.rows(SERVED_SQL)}
 
 
 def is_served(config: FeedsConfig, did: str) -> bool:
     if did in config.actors:
         return True
-    return db.execute_sql(_q("SELECT 1 FROM feed_actors WHERE did = ? UNION ALL"
-                             " SELECT 1 FROM auth_grant WHERE did = ?"), (did, did)).fetchone() is not None
+    return sql.one("SELECT 1 FROM feed_actors WHERE did = ? UNION ALL"
+                   " SELECT 1 FROM auth_grant WHERE did = ?", (did, did)) is not None
 
 
 def keeps(config: FeedsConfig, settings, did: str) -> bool:
@@ -67,7 +60,7 @@ def keeps(config: FeedsConfig, settings, did: str) -> bool:
     from feather.feeds.schema import subject_expr
 
     tables = sorted({config.collections[f.follow].table for f in config.feeds.values()})
-    return any(db.execute_sql(_q(f"SELECT 1 FROM {t} f WHERE {subject_expr('f')} = ? LIMIT 1"), (did,)).fetchone()
+    return any(sql.one(f"SELECT 1 FROM {t} f WHERE {subject_expr('f')} = ? LIMIT 1", (did,))
                for t in tables)
 
 
@@ -81,25 +74,25 @@ def followees_of(config: FeedsConfig, actors) -> set[str]:
     tables = sorted({config.collections[f.follow].table for f in config.feeds.values()})
     out: set[str] = set()
     for table in tables:
-        sql = _q(followees_sql(config, table))
+        statement = followees_sql(config, table)
         for actor in actors:
-            out.update(row[0] for row in db.execute_sql(sql, (actor,)).fetchall() if is_valid_did(row[0]))
+            out.update(row[0] for row in sql.rows(statement, (actor,)) if is_valid_did(row[0]))
     return out
 
 
 def bump() -> None:
     """Tell the ingesting process to rebuild its sets (one primary-key write)."""
-    db.execute_sql("UPDATE feed_admission_state SET version = version + 1 WHERE id = 1")
+    sql.execute("UPDATE feed_admission_state SET version = version + 1 WHERE id = 1")
 
 
 def version() -> int:
-    return int(db.execute_sql("SELECT version FROM feed_admission_state WHERE id = 1").fetchone()[0])
+    return int(sql.scalar("SELECT version FROM feed_admission_state WHERE id = 1"))
 
 
 def serve(did: str, source: str) -> bool:
     """Record did as served; True (and the version bumped) when it was not already."""
-    added = db.execute_sql(_q("INSERT INTO feed_actors (did, source, added_us) VALUES (?, ?, ?)"
-                              " ON CONFLICT DO NOTHING"), (did, source, now_us())).rowcount == 1
+    added = sql.execute("INSERT INTO feed_actors (did, source, added_us) VALUES (?, ?, ?)"
+                        " ON CONFLICT DO NOTHING", (did, source, sql.now_us())).rowcount == 1
     if added:
         bump()
     return added
@@ -171,7 +164,7 @@ def admit_reader(config: FeedsConfig, settings, did: str) -> None:
         return
     if mode == SIGNED_IN:
         raise ApiError(403, "NotServed", "This instance keeps timelines only for accounts that signed in here.")
-    count = db.execute_sql("SELECT count(*) FROM feed_actors").fetchone()[0]
+    count = sql.scalar("SELECT count(*) FROM feed_actors")
     if count >= settings.feed_serve_max_actors:
         raise ApiError(503, "NotServed", "This instance serves as many readers as it can; try again later.")
     with db.atomic():

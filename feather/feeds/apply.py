@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from feather import sql
 from feather.db import db, index_planned
 from feather.feeds import admission as admission_db
 from feather.feeds import authors, batch, identities, plan, records, serial
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 def apply_commits(config: FeedsConfig, commits: list[CommitEvent]) -> plan.Plan:
     """Apply a batch's commits; the plan's steps are those that changed something."""
     p = plan.plan(config, commits)
-    now = records.now_us()
+    now = sql.now_us()
     batch.write(config, p.grouped, now)
     for run in plan.segments(p.ordered):
         batch.write(config, run, now)
@@ -35,7 +36,7 @@ def apply_commits(config: FeedsConfig, commits: list[CommitEvent]) -> plan.Plan:
 
 def mark_dirty() -> None:
     """One primary-key write, and only on the 0 → 1 edge, so busy batches do not churn the row."""
-    db.execute_sql("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
+    sql.execute("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
 
 
 def apply_batch(config: FeedsConfig, events, admission: Admission | None = None) -> int:

@@ -19,8 +19,9 @@ import time
 import gevent
 from gevent.pool import Pool
 
+from feather import sql
 from feather.atproto.syntax import is_valid_record_key
-from feather.db import current_dialect, db
+from feather.db import db
 from feather.feeds import fanout, records, serial
 from feather.feeds.config import Collection, FeedsConfig
 from feather.feeds.schema import subject_expr
@@ -40,16 +41,12 @@ LIST_LIMIT = 100
 LIST_TTL_US = 300_000_000  # an author listed this recently is served from the store
 
 
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
-
 def request(dids) -> int:
     """Queue authors for a fetch (inside the caller's transaction). One already queued or fetched
     is left alone; the records sweep forgets an author when it drops their records."""
-    now = records.now_us()
-    sql = _q("INSERT INTO feed_fetches (did, collection, requested_us) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-    return sum(db.execute_sql(sql, (did, ALL_COLLECTIONS, now)).rowcount for did in sorted(set(dids)))
+    now = sql.now_us()
+    statement = ("INSERT INTO feed_fetches (did, collection, requested_us) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+    return sum(sql.execute(statement, (did, ALL_COLLECTIONS, now)).rowcount for did in sorted(set(dids)))
 
 
 def pending_sql():
@@ -103,11 +100,11 @@ def fan_in(config: FeedsConfig, did: str) -> int:
     inserted = 0
     for feed in config.feeds.values():
         table = config.collections[feed.follow].table
-        followers = [row[0] for row in db.execute_sql(_q(followers_sql(config, table)), (did,)).fetchall()]
+        followers = [row[0] for row in sql.rows(followers_sql(config, table), (did,))]
         for follower in followers:
             for i in range(len(feed.targets)):
-                sql, params = fanout.follow_backfill_sql(config, feed, i, follower, did)
-                inserted += db.execute_sql(_q(sql), params).rowcount
+                statement, params = fanout.follow_backfill_sql(config, feed, i, follower, did)
+                inserted += sql.execute(statement, params).rowcount
     return inserted
 
 
@@ -115,8 +112,8 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
     """Fetch up to FETCH_BATCH queued authors; returns how many were fetched."""
     from feather.feeds.apply import mark_dirty
 
-    now_us = records.now_us() if now_us is None else now_us
-    due = db.execute_sql(_q(pending_sql()), (now_us, FETCH_BATCH)).fetchall()
+    now_us = sql.now_us() if now_us is None else now_us
+    due = sql.rows(pending_sql(), (now_us, FETCH_BATCH))
     if not due:
         return 0
     attempts = {did: n for did, n in due}
@@ -136,17 +133,17 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
                 n = attempts[did] + 1
                 log.info("feeds: fetching %s failed (attempt %d): %s", did, n, error)
                 give_up = n >= MAX_ATTEMPTS
-                db.execute_sql(_q("UPDATE feed_fetches SET attempts = ?, requested_us = ?, fetched_us = ?"
-                                  " WHERE did = ? AND collection = ?"),
-                               (n, now_us + RETRY_BASE_US * 2 ** n, now_us if give_up else None, did, ALL_COLLECTIONS))
+                sql.execute("UPDATE feed_fetches SET attempts = ?, requested_us = ?, fetched_us = ?"
+                            " WHERE did = ? AND collection = ?",
+                            (n, now_us + RETRY_BASE_US * 2 ** n, now_us if give_up else None, did, ALL_COLLECTIONS))
                 continue
             serial.lock_writes()
             for c, items in got:
                 _store(c, did, items, now_us)
             if fan_in(config, did):
                 mark_dirty()
-            db.execute_sql(_q("UPDATE feed_fetches SET fetched_us = ? WHERE did = ? AND collection = ?"),
-                           (now_us, did, ALL_COLLECTIONS))
+            sql.execute("UPDATE feed_fetches SET fetched_us = ? WHERE did = ? AND collection = ?",
+                        (now_us, did, ALL_COLLECTIONS))
             done += 1
     return done
 
@@ -164,11 +161,11 @@ def backfill_listing(app, config: FeedsConfig, c: Collection, did: str, admit=No
     nothing is written: a stranger's listing costs the budget, never the disk."""
     from feather.feeds.admission import keeps
 
-    now = records.now_us()
+    now = sql.now_us()
     kept = keeps(config, app.config["FEATHER"], did)
     if kept:
-        row = db.execute_sql(_q("SELECT fetched_us FROM feed_fetches WHERE did = ? AND collection = ?"),
-                             (did, c.nsid)).fetchone()
+        row = sql.one("SELECT fetched_us FROM feed_fetches WHERE did = ? AND collection = ?",
+                      (did, c.nsid))
         if row is not None and row[0] is not None and now - row[0] < LIST_TTL_US:
             return None
     if admit is not None and not admit():
@@ -185,9 +182,9 @@ def backfill_listing(app, config: FeedsConfig, c: Collection, did: str, admit=No
     with db.atomic():
         serial.lock_writes()
         _store(c, did, items, now)
-        db.execute_sql(_q("INSERT INTO feed_fetches (did, collection, requested_us, fetched_us) VALUES (?, ?, ?, ?)"
-                          " ON CONFLICT (did, collection) DO UPDATE SET fetched_us = excluded.fetched_us"),
-                       (did, c.nsid, now, now))
+        sql.execute("INSERT INTO feed_fetches (did, collection, requested_us, fetched_us) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (did, collection) DO UPDATE SET fetched_us = excluded.fetched_us",
+                    (did, c.nsid, now, now))
     return None
 
 

@@ -19,7 +19,8 @@ from typing import Callable
 
 import gevent
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.feeds import prune, records, serial
 from feather.feeds.config import Feed, FeedsConfig
 from feather.feeds.schema import subject_expr
@@ -36,17 +37,9 @@ WRITE_CHUNK = 100
 _GREENLETS = "feeds_backfill_greenlets"
 
 
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _state(actor: str, feed: str):
-    return db.execute_sql(_q("SELECT completed, started_at, retries FROM feed_backfills WHERE actor = ? AND feed = ?"),
-                          (actor, feed)).fetchone()
+    return sql.one("SELECT completed, started_at, retries FROM feed_backfills WHERE actor = ? AND feed = ?",
+                   (actor, feed))
 
 
 def wait_ms(retries: int) -> int:
@@ -73,16 +66,16 @@ def claim(actor: str, feed: str, now: int, row=_UNREAD) -> bool:
     if row is _UNREAD:
         row = _state(actor, feed)
     if row is None:
-        cur = db.execute_sql(_q("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
-                                " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING"), (actor, feed, now))
+        cur = sql.execute("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
+                          " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING", (actor, feed, now))
         return cur.rowcount == 1
     if not wants_claim(row, now):
         return False  # done, in flight, or resting after a failure
     started_at = row[1]
     # Compare-and-set on the value we read, so two readers cannot both take a stale claim.
-    cur = db.execute_sql(_q("UPDATE feed_backfills SET started_at = ? WHERE actor = ? AND feed = ? AND completed = 0"
-                            " AND " + ("started_at IS NULL" if started_at is None else "started_at = ?")),
-                         (now, actor, feed) + (() if started_at is None else (started_at,)))
+    cur = sql.execute("UPDATE feed_backfills SET started_at = ? WHERE actor = ? AND feed = ? AND completed = 0"
+                      " AND " + ("started_at IS NULL" if started_at is None else "started_at = ?"),
+                      (now, actor, feed) + (() if started_at is None else (started_at,)))
     return cur.rowcount == 1
 
 
@@ -92,7 +85,7 @@ def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
     is due (never for a done, in-flight or resting backfill); when it answers False (the outbound
     budget is spent) nothing is claimed, and a later read tries again."""
     with db.atomic():
-        now = now_ms()
+        now = sql.now_ms()
         row = _state(actor, feed.name)  # read once: the budget's question and the claim share it
         if admit is not None and wants_claim(row, now) and not admit():
             return None
@@ -146,8 +139,8 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
         if app.config["FEATHER"].feed_serve != "all":
             admit_followees(config, feed, actor)
         if finished:
-            db.execute_sql(_q("UPDATE feed_backfills SET completed = 1, last_error = NULL, started_at = NULL"
-                              " WHERE actor = ? AND feed = ?"), (actor, feed.name))
+            sql.execute("UPDATE feed_backfills SET completed = 1, last_error = NULL, started_at = NULL"
+                        " WHERE actor = ? AND feed = ?", (actor, feed.name))
         else:
             _fail(actor, feed.name, f"follow backfill incomplete (inserted={inserted}): {error}")
     return finished
@@ -155,14 +148,14 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
 
 def _fail(actor: str, feed: str, message: str) -> None:
     """Record a failed attempt; its stamp (the failure's time) holds the next claim off for wait_ms."""
-    db.execute_sql(_q("UPDATE feed_backfills SET retries = retries + 1, last_error = ?, started_at = ?"
-                      " WHERE actor = ? AND feed = ?"), (message[:1000], now_ms(), actor, feed))
+    sql.execute("UPDATE feed_backfills SET retries = retries + 1, last_error = ?, started_at = ?"
+                " WHERE actor = ? AND feed = ?", (message[:1000], sql.now_ms(), actor, feed))
 
 
 def _store(follow, actor: str, items: list) -> int:
     if not items:
         return 0
-    now = records.now_us()
+    now = sql.now_us()
     count = 0
     with db.atomic():
         serial.lock_writes()
@@ -180,7 +173,7 @@ def admit_followees(config: FeedsConfig, feed: Feed, actor: str) -> int:
     for a fetch from their PDS and tell the ingesting process to start admitting them."""
     from feather.feeds import admission, authors
 
-    rows = db.execute_sql(current_dialect().q(followees_sql(config, feed)), (actor,)).fetchall()
+    rows = sql.rows(followees_sql(config, feed), (actor,))
     queued = authors.request(row[0] for row in rows if isinstance(row[0], str) and row[0].startswith("did:"))
     admission.bump()
     return queued
@@ -201,24 +194,23 @@ def bootstrap(config: FeedsConfig, feed: Feed, actor: str) -> int:
     Each followee's newest `cap` come off its (did, time_us) index and are merged here, so the
     cost is followees × cap index reads instead of sorting every record they ever wrote.
     """
-    d = current_dialect()
-    followees = [row[0] for row in db.execute_sql(d.q(followees_sql(config, feed)), (actor,)).fetchall()
+    followees = [row[0] for row in sql.rows(followees_sql(config, feed), (actor,))
                  if isinstance(row[0], str) and row[0].startswith("did:")]
     added = 0
     for target in feed.targets:
         table = config.collections[target.short].table
         best: list = []
         for did in followees:
-            for uri, time_us in db.execute_sql(d.q(newest_sql(table)), (did, target.cap)).fetchall():
+            for uri, time_us in sql.rows(newest_sql(table), (did, target.cap)):
                 entry = (time_us, _Desc(uri))
                 if len(best) < target.cap:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
                     heapq.heapreplace(best, entry)
         for time_us, uri in best:
-            added += db.execute_sql(d.q("INSERT INTO feed_items (actor, uri, collection, time_us)"
-                                        " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-                                    (actor, uri.value, target.nsid, time_us)).rowcount
+            added += sql.execute("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                                 " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                                 (actor, uri.value, target.nsid, time_us)).rowcount
     caps = config.target_caps()  # the global prune's caps: never trim below another feed's
     prune.prune_actor(actor, {t.nsid: caps[t.nsid] for t in feed.targets})
     return added

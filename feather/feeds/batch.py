@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import current_dialect
 from feather.feeds import records
 from feather.feeds.config import Feed, FeedsConfig
 from feather.feeds.fanout import justifying_tables, unfollow_clause, unfollow_triples
@@ -64,7 +65,7 @@ def net_effect(steps: list[Step]) -> Net:
             continue
         e = s.event
         net.upserts.setdefault(table, (s.coll, {}))[1][uri] = (
-            uri, e.did, e.rkey, e.cid, s.text, s.time_us, records.now_us(), s.arrival)
+            uri, e.did, e.rkey, e.cid, s.text, s.time_us, sql.now_us(), s.arrival)
         net.deletes.get(table, (None, set()))[1].discard(uri)
         if s.is_target:
             tail.setdefault(uri, []).append(s)
@@ -80,10 +81,6 @@ def net_effect(steps: list[Step]) -> Net:
             if any(w.moves_time for w in writes):
                 net.resync[uri] = last.time_us
     return net
-
-
-def _run(sql: str, params) -> int:
-    return db.execute_sql(current_dialect().q(sql), params).rowcount
 
 
 # --- statements ---------------------------------------------------------------------------------
@@ -176,18 +173,18 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
     if not config.feeds:
         return
     for chunk in _chunked(sorted(net.removed), 1):
-        _run(*remove_targets_sql(chunk))
+        sql.execute(*remove_targets_sql(chunk))
     # After the records writes: the remaining-follow check sees the follows these steps left.
     width = 4 + 2 * max(map(len, justifying_tables(config).values()))
     for chunk in _chunked(unfollow_triples(config, net.unfollows), width):
-        _run(*unfollow_sql(config, chunk))
+        sql.execute(*unfollow_sql(config, chunk))
     for chunk in _chunked(sorted(net.resync.items()), 2):
-        _run(*resync_sql(chunk))
+        sql.execute(*resync_sql(chunk))
     for feed in config.feeds.values():
         pairs = sorted(net.follows.get(config.collections[feed.follow].nsid, ()))
         for i in range(len(feed.targets)):
             for chunk in _chunked(pairs, 3):  # + nsid and limit
-                _run(*backfill_sql(config, feed, i, chunk))
+                sql.execute(*backfill_sql(config, feed, i, chunk))
         _fan_out(config, feed, net, now)
 
 
@@ -201,11 +198,11 @@ def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
         # its author heavy.
         heavy: set[str] = set()
         for chunk in _chunked(writers, 2):  # + the limit
-            sql, params = heavy_authors_sql(config, feed, chunk)
-            heavy.update(r[0] for r in db.execute_sql(current_dialect().q(sql), params).fetchall())
+            statement, params = heavy_authors_sql(config, feed, chunk)
+            heavy.update(r[0] for r in sql.rows(statement, params))
         if heavy:
             # Hybrid: readers merge these authors' posts from the records store instead.
-            _run(*mark_heavy_sql(feed, sorted(heavy), now))
+            sql.execute(*mark_heavy_sql(feed, sorted(heavy), now))
             rows = [row for row in rows if row[3] not in heavy]
     for chunk in _chunked(rows, 4):
-        _run(*fan_out_sql(config, feed, chunk))
+        sql.execute(*fan_out_sql(config, feed, chunk))

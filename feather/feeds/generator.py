@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, current_app, jsonify, request
 
-from feather.db import current_dialect, db
+from feather import sql
 from feather.errors import ApiError
 from feather.feeds import admission, backfill, budget, context, hybrid, query
 from feather.feeds.config import Feed, FeedsConfig
@@ -62,12 +62,12 @@ def publishable(config: FeedsConfig) -> list[Feed]:
 
 def published_uris(config: FeedsConfig) -> list[str]:
     names = {f.name for f in publishable(config)}
-    rows = db.execute_sql("SELECT uri, feed FROM feed_generators ORDER BY published_us, uri").fetchall()
+    rows = sql.rows("SELECT uri, feed FROM feed_generators ORDER BY published_us, uri")
     return [uri for uri, feed in rows if feed in names]
 
 
 def feed_for_uri(config: FeedsConfig, uri: str) -> Feed | None:
-    row = db.execute_sql(current_dialect().q("SELECT feed FROM feed_generators WHERE uri = ?"), (uri,)).fetchone()
+    row = sql.one("SELECT feed FROM feed_generators WHERE uri = ?", (uri,))
     feed = config.feeds.get(row[0]) if row else None
     return feed if feed is not None and post_target(feed) is not None else None
 

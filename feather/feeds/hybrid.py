@@ -14,7 +14,7 @@ prune a fan-out feed holds exactly that set, which is what test_feeds_hybrid.py 
 """
 from __future__ import annotations
 
-from feather.db import current_dialect, db
+from feather import sql
 from feather.feeds import query
 from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.schema import subject_expr
@@ -45,9 +45,8 @@ def feed_source(config: FeedsConfig, feed: Feed, target: Target, actor: str) -> 
     source = query.Source(f"FROM ({union}) f JOIN {c.table} r ON r.uri = f.uri", list(union_params),
                           t="f.time_us", u="f.uri")
     cap = config.target_caps()[target.nsid]
-    row = db.execute_sql(current_dialect().q(
-        f"SELECT time_us FROM ({union}) u ORDER BY time_us DESC LIMIT 1 OFFSET ?"),
-        union_params + [cap - 1]).fetchone()
+    row = sql.one(f"SELECT time_us FROM ({union}) u ORDER BY time_us DESC LIMIT 1 OFFSET ?",
+                  union_params + [cap - 1])
     if row is not None:
         source.where.append("f.time_us >= ?")
         source.where_params.append(row[0])

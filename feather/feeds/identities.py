@@ -18,7 +18,8 @@ import logging
 
 from gevent.pool import Pool
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.feeds import records, serial
 from feather.feeds.config import FeedsConfig
 from feather.feeds.sources import SourceError, sources_for
@@ -34,15 +35,11 @@ LOOKUP_RETRY_US = 600_000_000
 FAILED = object()  # a lookup's result when it failed or did not finish in time
 
 
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
-
 def forget_handles(dids) -> None:
     """An identity event: the handle may have changed, so the next read re-verifies it."""
     for chunk in records.chunks(sorted(set(dids)), 1):  # one statement for a batch's identity events
-        db.execute_sql(_q(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})"),
-                       chunk)
+        sql.execute(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})",
+                    chunk)
 
 
 def _known(dids: list[str]) -> dict[str, tuple]:
@@ -57,7 +54,7 @@ def _profile_collections(config: FeedsConfig):
 
 def hydrate(app, config: FeedsConfig, dids: list[str], now: int | None = None) -> dict[str, str | None]:
     """{did: verified handle or None}, after fetching (bounded) what is missing or stale."""
-    now = records.now_us() if now is None else now
+    now = sql.now_us() if now is None else now
     dids = list(dict.fromkeys(dids))
     known = _known(dids)
     stored_profiles: set[str] = set()
@@ -122,26 +119,26 @@ def _lookup(app, profile_colls, work) -> dict:
 
 
 def _save(profile_colls, results: dict, known: dict, now: int) -> None:
-    upsert_handle = _q("INSERT INTO feed_identities (did, handle, handle_checked_us) VALUES (?, ?, ?)"
+    upsert_handle = ("INSERT INTO feed_identities (did, handle, handle_checked_us) VALUES (?, ?, ?)"
                        " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle,"
                        " handle_checked_us = excluded.handle_checked_us")
-    upsert_profile = _q("INSERT INTO feed_identities (did, profile_checked_us) VALUES (?, ?)"
+    upsert_profile = ("INSERT INTO feed_identities (did, profile_checked_us) VALUES (?, ?)"
                         " ON CONFLICT (did) DO UPDATE SET profile_checked_us = excluded.profile_checked_us")
     # A failure keeps what is known (a handle verified earlier stays) and moves only the check
     # time: far enough back that the next lookup comes LOOKUP_RETRY_US from now, not a TTL away.
-    retry_handle = _q("INSERT INTO feed_identities (did, handle_checked_us) VALUES (?, ?)"
+    retry_handle = ("INSERT INTO feed_identities (did, handle_checked_us) VALUES (?, ?)"
                       " ON CONFLICT (did) DO UPDATE SET handle_checked_us = excluded.handle_checked_us")
     for (kind, did), value in sorted(results.items(), key=lambda kv: kv[0]):
         if kind == "handle":
             if value is FAILED:
-                db.execute_sql(retry_handle, (did, now - HANDLE_TTL_US + LOOKUP_RETRY_US))
+                sql.execute(retry_handle, (did, now - HANDLE_TTL_US + LOOKUP_RETRY_US))
             else:
-                db.execute_sql(upsert_handle, (did, value, now))
+                sql.execute(upsert_handle, (did, value, now))
             continue
         if value is FAILED:
-            db.execute_sql(upsert_profile, (did, now - PROFILE_TTL_US + LOOKUP_RETRY_US))
+            sql.execute(upsert_profile, (did, now - PROFILE_TTL_US + LOOKUP_RETRY_US))
             continue
-        db.execute_sql(upsert_profile, (did, now))
+        sql.execute(upsert_profile, (did, now))
         for c, cid, record in value:
             records.store_if_absent(c, uri=f"at://{did}/{c.nsid}/self", did=did, rkey="self", cid=cid,
                                     record=record, time_us=records.record_time_us(record, now))

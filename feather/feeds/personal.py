@@ -11,23 +11,19 @@ from __future__ import annotations
 import json
 import time
 
-from feather.db import current_dialect, db
+from feather import sql
 from feather.feeds import serial
 
 HOME_ENTRIES = 5
 
 
-def _sql(sql: str, params=()):
-    return db.execute_sql(current_dialect().q(sql), params)
-
-
 def describe(did: str) -> list[str]:
     lines = []
-    row = _sql("SELECT source, added_us FROM feed_actors WHERE did = ?", (did,)).fetchone()
+    row = sql.one("SELECT source, added_us FROM feed_actors WHERE did = ?", (did,))
     if row is not None:
         since = time.strftime("%Y-%m-%d", time.gmtime(int(row[1]) / 1_000_000))
         lines.append(f"That your timeline is kept on this server (since {since}).")
-    items = _sql("SELECT COUNT(*) FROM feed_items WHERE actor = ?", (did,)).fetchone()[0]
+    items = sql.scalar("SELECT COUNT(*) FROM feed_items WHERE actor = ?", (did,))
     if items:
         lines.append(f"Your timeline: {items:,} entr{'y' if items == 1 else 'ies'}, each a link to a public "
                      "post by someone you follow and its time.")
@@ -35,13 +31,13 @@ def describe(did: str) -> list[str]:
 
 
 def export(did: str) -> dict:
-    row = _sql("SELECT source, added_us FROM feed_actors WHERE did = ?", (did,)).fetchone()
+    row = sql.one("SELECT source, added_us FROM feed_actors WHERE did = ?", (did,))
     return {
         "served": {"source": row[0], "added_us": row[1]} if row else None,
-        "timeline": [{"uri": u, "collection": c, "time_us": t} for u, c, t in _sql(
-            "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC", (did,))],
-        "backfills": [{"feed": f, "completed": bool(c)} for f, c in _sql(
-            "SELECT feed, completed FROM feed_backfills WHERE actor = ?", (did,))],
+        "timeline": [{"uri": u, "collection": c, "time_us": t} for u, c, t in sql.execute(
+                                                                                          "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC", (did,))],
+        "backfills": [{"feed": f, "completed": bool(c)} for f, c in sql.execute(
+                                                                                "SELECT feed, completed FROM feed_backfills WHERE actor = ?", (did,))],
     }
 
 
@@ -49,12 +45,12 @@ def delete(did: str) -> None:
     from feather.feeds.admission import bump
 
     serial.lock_writes()
-    _sql("DELETE FROM feed_items WHERE actor = ?", (did,))
-    _sql("DELETE FROM feed_backfills WHERE actor = ?", (did,))
+    sql.execute("DELETE FROM feed_items WHERE actor = ?", (did,))
+    sql.execute("DELETE FROM feed_backfills WHERE actor = ?", (did,))
     # What this instance remembers of generator records the person published (the records
     # themselves are in their own repo, theirs to delete).
-    _sql("DELETE FROM feed_generators WHERE publisher_did = ?", (did,))
-    if _sql("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount:
+    sql.execute("DELETE FROM feed_generators WHERE publisher_did = ?", (did,))
+    if sql.execute("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount:
         bump()  # the ingesting process rebuilds its filter: this actor is no longer served
 
 
@@ -63,9 +59,9 @@ def newest(config, did: str, limit: int = HOME_ENTRIES) -> list[dict]:
     the store holds, as on /timeline), for the home page (no network call)."""
     from feather.feeds.records import load_many
 
-    found = [{"uri": u, "collection": c, "time_us": t, "author": u.split("/")[2], "text": None} for u, c, t in _sql(
-        "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC LIMIT ?",
-        (did, limit))]
+    found = [{"uri": u, "collection": c, "time_us": t, "author": u.split("/")[2], "text": None} for u, c, t in sql.execute(
+                                                                                                                           "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC LIMIT ?",
+                                                                                                                           (did, limit))]
     by_collection: dict[str, list[dict]] = {}
     for entry in found:
         by_collection.setdefault(entry["collection"], []).append(entry)

@@ -11,10 +11,10 @@ serves the recovery timer on an idle stream. Every statement here is index-bound
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.feeds import serial
 from feather.feeds.config import FeedsConfig
 
@@ -40,10 +40,6 @@ class PruneState:
     last_slice_ms: int
 
 
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
-
-
 def cutoff_delete_sql(actor: str, nsid: str, cap: int):
     """Contrail's actorCutoffDelete: rows older than the cap-th newest go; ties with it stay."""
     return ("DELETE FROM feed_items WHERE actor = ? AND collection = ? AND time_us < ("
@@ -62,8 +58,8 @@ def prune_actor(actor: str, caps: dict[str, int]) -> int:
     """Contrail's pruneActorFeed: the number of rows deleted for this actor."""
     deleted = 0
     for nsid, cap in sorted(caps.items()):
-        sql, params = cutoff_delete_sql(actor, nsid, cap)
-        deleted += db.execute_sql(_q(sql), params).rowcount
+        statement, params = cutoff_delete_sql(actor, nsid, cap)
+        deleted += sql.execute(statement, params).rowcount
     return deleted
 
 
@@ -75,8 +71,8 @@ def sweep(caps: dict[str, int], cursor: str | None, budget: int, served: set[str
 
     if not caps or budget <= 0:
         return SweepResult(0, None, True)
-    sql, params = actors_page_sql(cursor, budget)
-    actors = [row[0] for row in db.execute_sql(_q(sql), params).fetchall()]
+    statement, params = actors_page_sql(cursor, budget)
+    actors = [row[0] for row in sql.rows(statement, params)]
     if not actors:
         return SweepResult(0, None, True)
     pruned = 0
@@ -106,14 +102,13 @@ def prune_all(caps: dict[str, int]) -> int:
 # --- the persisted state ----------------------------------------------------------------------
 
 def load_state() -> PruneState:
-    row = db.execute_sql(
-        "SELECT actor, dirty, last_full_pass_ms, last_slice_ms FROM feed_prune_state WHERE id = 1").fetchone()
+    row = sql.one("SELECT actor, dirty, last_full_pass_ms, last_slice_ms FROM feed_prune_state WHERE id = 1")
     return PruneState(row[0], bool(row[1]), int(row[2]), int(row[3]))
 
 
 def save_cursor(cursor: str | None) -> None:
     """Saving None clears the cursor (the next slice starts a pass from the first actor)."""
-    db.execute_sql(_q("UPDATE feed_prune_state SET actor = ? WHERE id = 1"), (cursor,))
+    sql.execute("UPDATE feed_prune_state SET actor = ? WHERE id = 1", (cursor,))
 
 
 def run_slice(caps: dict[str, int], budget: int, served: set[str] | None = None) -> SweepResult:
@@ -127,17 +122,17 @@ def run_slice(caps: dict[str, int], budget: int, served: set[str] | None = None)
 def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, served: set[str] | None = None) -> SweepResult:
     result = run_slice(caps, settings.feed_prune_sweep_actors, served)
     with db.atomic():
-        db.execute_sql(_q("UPDATE feed_prune_state SET last_slice_ms = ? WHERE id = 1"), (now_ms,))
+        sql.execute("UPDATE feed_prune_state SET last_slice_ms = ? WHERE id = 1", (now_ms,))
         if result.done:
             # The recovery clock measures from the last *completed* full pass, not the last slice.
-            db.execute_sql(_q("UPDATE feed_prune_state SET last_full_pass_ms = ? WHERE id = 1"), (now_ms,))
+            sql.execute("UPDATE feed_prune_state SET last_full_pass_ms = ? WHERE id = 1", (now_ms,))
     return result
 
 
 def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> SweepResult | None:
     """The scheduled tick (every 10 s): one slice when the stream dirtied a feed at least 10 s
     after the last slice, or when a recovery pass is due (also on an idle stream); else nothing."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = sql.now_ms() if now_ms is None else now_ms
     caps = config.target_caps()
     if not caps:
         return None
@@ -149,7 +144,7 @@ def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> Swee
             return None
         if dirty_due:
             # Cleared before the slice: a batch committing meanwhile sets it again for the next tick.
-            db.execute_sql("UPDATE feed_prune_state SET dirty = 0 WHERE id = 1")
+            sql.execute("UPDATE feed_prune_state SET dirty = 0 WHERE id = 1")
     served = None
     if settings.feed_serve != "all":
         from feather.feeds import admission, storage

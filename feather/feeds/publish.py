@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 import unicodedata
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.feeds.config import FeedsConfig
 from feather.feeds.generator import GENERATOR, post_target
 
@@ -82,13 +83,11 @@ def publish(client, config: FeedsConfig, publisher: str, feed_name: str, display
     name, desc = check_text(display_name, description)
     made = client.put_record(publisher, GENERATOR, feed_name, record(service_did, name, desc, _now_iso()))
     uri = f"at://{publisher}/{GENERATOR}/{feed_name}"
-    now_us = time.time_ns() // 1000
     with db.atomic():  # the network call is done; one short write
-        db.execute_sql(current_dialect().q(
-            "INSERT INTO feed_generators (uri, publisher_did, rkey, feed, cid, display_name, description,"
-            " published_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid,"
-            " display_name = excluded.display_name, description = excluded.description"),
-            (uri, publisher, feed_name, feed_name, made.get("cid"), name, desc, now_us))
+        sql.execute("INSERT INTO feed_generators (uri, publisher_did, rkey, feed, cid, display_name, description,"
+                    " published_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid,"
+                    " display_name = excluded.display_name, description = excluded.description",
+                    (uri, publisher, feed_name, feed_name, made.get("cid"), name, desc, sql.now_us()))
     return uri
 
 
@@ -97,16 +96,15 @@ def unpublish(client, publisher: str, feed_name: str) -> str:
     uri = f"at://{publisher}/{GENERATOR}/{feed_name}"
     client.delete_record(publisher, GENERATOR, feed_name)
     with db.atomic():
-        db.execute_sql(current_dialect().q("DELETE FROM feed_generators WHERE uri = ?"), (uri,))
+        sql.execute("DELETE FROM feed_generators WHERE uri = ?", (uri,))
     return uri
 
 
 def publications() -> dict[str, list[dict]]:
     """{feed name: [{uri, publisher_did, display_name, description}]}"""
     out: dict[str, list[dict]] = {}
-    for uri, publisher, feed, name, desc in db.execute_sql(
-            "SELECT uri, publisher_did, feed, display_name, description FROM feed_generators"
-            " ORDER BY published_us, uri").fetchall():
+    for uri, publisher, feed, name, desc in sql.rows("SELECT uri, publisher_did, feed, display_name, description FROM feed_generators"
+                                                     " ORDER BY published_us, uri"):
         out.setdefault(feed, []).append({"uri": uri, "publisher_did": publisher, "display_name": name,
                                          "description": desc})
     return out

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import current_dialect
 from feather.errors import ApiError
 from feather.feeds import cursor as cursors
 from feather.feeds import records
@@ -135,11 +136,11 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
                 beyond = "<" if direction == "desc" else ">"
                 where.append(f"({expr} {beyond} ? OR ({expr} = ? AND {tie}) OR {expr} IS NULL)")
                 values += [cur.v, cur.v, cur.t, cur.t, cur.u]
-    sql = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
+    statement = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
            + (f", {_field_expr(sort_field)}" if sort_field else "")
            + f" {source.from_sql}" + (f" WHERE {' AND '.join(where)}" if where else "")
            + f" ORDER BY {order_by} LIMIT ?")
-    rows = db.execute_sql(d.q(sql), source.from_params + values + [limit]).fetchall()
+    rows = sql.rows(statement, source.from_params + values + [limit])
     out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
     if len(rows) == limit:
         last = rows[-1]
@@ -161,8 +162,7 @@ def format_record(c: Collection, row) -> dict:
 
 
 def get_record(c: Collection, uri: str) -> dict | None:
-    row = db.execute_sql(current_dialect().q(
-        f"SELECT uri, cid, did, rkey, record, time_us FROM {c.table} WHERE uri = ?"), (uri,)).fetchone()
+    row = sql.one(f"SELECT uri, cid, did, rkey, record, time_us FROM {c.table} WHERE uri = ?", (uri,))
     return format_record(c, row) if row else None
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from datetime import UTC, datetime
 
 import orjson
 
+from feather import sql
 from feather.atproto.syntax import InvalidSyntax, parse_datetime
-from feather.db import current_dialect, db
+from feather.db import current_dialect
 from feather.feeds.config import Collection
 
 LOAD_CHUNK = 500  # bound parameters per statement, under SQLite's 999 floor on old builds
@@ -22,10 +22,6 @@ _arrival_lock = threading.Lock()
 _last_arrival = 0
 
 
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
 def next_arrival() -> int:
     """A strictly increasing stamp for this process: the order records were stored in.
 
@@ -34,7 +30,7 @@ def next_arrival() -> int:
     """
     global _last_arrival
     with _arrival_lock:
-        _last_arrival = max(now_us(), _last_arrival + 1)
+        _last_arrival = max(sql.now_us(), _last_arrival + 1)
         return _last_arrival
 
 
@@ -73,11 +69,10 @@ def record_time_us(record: dict | None, source_time_us: int) -> int:
 
 def _uri_in(select: str, uris: list[str]) -> list[tuple]:
     """Rows of `select … WHERE uri IN` for uris, LOAD_CHUNK bound parameters per statement."""
-    d = current_dialect()
     found: list[tuple] = []
     for start in range(0, len(uris), LOAD_CHUNK):
         chunk = uris[start:start + LOAD_CHUNK]
-        found += db.execute_sql(d.q(f"{select} ({', '.join('?' * len(chunk))})"), chunk).fetchall()
+        found += sql.rows(f"{select} ({', '.join('?' * len(chunk))})", chunk)
     return found
 
 
@@ -131,18 +126,17 @@ def store_many_sql(c: Collection, rows: list[tuple]):
 
 
 def store_many(c: Collection, rows: list[tuple]) -> None:
-    d = current_dialect()
     rows = [row for row in rows if row[4] is None or fits(row[4])]
     for chunk in chunks(rows, len(COLUMNS)):
-        sql, params = store_many_sql(c, chunk)
-        db.execute_sql(d.q(sql), params)
+        statement, params = store_many_sql(c, chunk)
+        sql.execute(statement, params)
 
 
 def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
           time_us: int, arrival: int | None = None, text: str | None = None) -> str:
     """Upsert; returns the record JSON text as stored."""
     text = dumps(record) if text is None else text
-    store_many(c, [(uri, did, rkey, cid, text, time_us, now_us(), arrival or next_arrival())])
+    store_many(c, [(uri, did, rkey, cid, text, time_us, sql.now_us(), arrival or next_arrival())])
     return text
 
 
@@ -150,16 +144,13 @@ def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | 
                     time_us: int, text: str | None = None) -> bool:
     """Backfill's write: never overwrite what the live stream stored. True if inserted (a record
     past MAX_RECORD_BYTES never is). text: the record's JSON when the caller already has it."""
-    d = current_dialect()
     text = dumps(record) if text is None else text
     if not fits(text):
         return False
     cid = clean_cid(cid)
-    cur = db.execute_sql(
-        d.q(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING"),
-        (uri, did, rkey, cid, text, time_us, now_us(), next_arrival()),
-    )
+    cur = sql.execute(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
+                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING",
+                      (uri, did, rkey, cid, text, time_us, sql.now_us(), next_arrival()))
     return cur.rowcount > 0
 
 
@@ -173,21 +164,19 @@ def bury_many(stones: dict[str, int]) -> None:
     d = current_dialect()
     rows = sorted(stones.items())
     for chunk in chunks(rows, 2):
-        db.execute_sql(d.q(f"INSERT INTO feed_tombstones (uri, time_us) VALUES {', '.join(['(?, ?)'] * len(chunk))}"
-                           " ON CONFLICT (uri) DO UPDATE"
-                           f" SET time_us = {d.greatest('feed_tombstones.time_us', 'excluded.time_us')}"),
-                       [v for row in chunk for v in row])
+        sql.execute(f"INSERT INTO feed_tombstones (uri, time_us) VALUES {', '.join(['(?, ?)'] * len(chunk))}"
+                    " ON CONFLICT (uri) DO UPDATE"
+                    f" SET time_us = {d.greatest('feed_tombstones.time_us', 'excluded.time_us')}",
+                    [v for row in chunk for v in row])
 
 
 def sweep_tombstones(before_us: int) -> int:
-    d = current_dialect()
-    return db.execute_sql(d.q("DELETE FROM feed_tombstones WHERE time_us < ?"), (before_us,)).rowcount
+    return sql.execute("DELETE FROM feed_tombstones WHERE time_us < ?", (before_us,)).rowcount
 
 
 def delete_many(c: Collection, uris: list[str]) -> None:
-    d = current_dialect()
     for chunk in chunks(sorted(uris), 1):
-        db.execute_sql(d.q(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})"), chunk)
+        sql.execute(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})", chunk)
 
 
 def parse_value(text: str | None):

@@ -9,6 +9,7 @@ short name starts an empty table.
 """
 from __future__ import annotations
 
+from feather import sql
 from feather.db import current_dialect, db
 from feather.feeds import serial
 from feather.feeds.config import FeedsConfig
@@ -28,8 +29,8 @@ def _objects(config: FeedsConfig) -> list[tuple[str, str, bool]]:
     out: list[tuple[str, str, bool]] = []
     follows = {config.collections[f.follow].short for f in config.feeds.values()}
 
-    def add(sql: str, name: str, present: bool = True) -> None:
-        out.append((sql, name, present))
+    def add(statement: str, name: str, present: bool = True) -> None:
+        out.append((statement, name, present))
 
     for c in config.collections.values():
         add(
@@ -75,9 +76,9 @@ def ensure(config: FeedsConfig) -> None:
         # the ingest batch takes the two locks, so the DDL never waits on a batch holding a row.
         serial.lock_writes()
         if not d.is_sqlite:
-            db.execute_sql(d.q("SELECT pg_advisory_xact_lock(?)"), (_PG_DDL_LOCK_KEY,))
+            sql.execute("SELECT pg_advisory_xact_lock(?)", (_PG_DDL_LOCK_KEY,))
         for statement, _, _ in objects:
-            db.execute_sql(statement)
+            sql.execute(statement)
 
 
 def _in_place(objects: list[tuple[str, str, bool]]) -> bool:
@@ -86,10 +87,10 @@ def _in_place(objects: list[tuple[str, str, bool]]) -> bool:
     names = [name for _, name, _ in objects]
     marks = ", ".join("?" * len(names))
     if d.is_sqlite:
-        sql = f"SELECT name FROM sqlite_master WHERE name IN ({marks})"
+        statement = f"SELECT name FROM sqlite_master WHERE name IN ({marks})"
     else:
-        sql = (f"SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        statement = (f"SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                f" WHERE n.nspname = current_schema() AND c.relname IN ({marks})")
-    found = {row[0] for row in db.execute_sql(d.q(sql), names).fetchall()}
+    found = {row[0] for row in sql.rows(statement, names)}
     return all((name in found) == present for _, name, present in objects)
 

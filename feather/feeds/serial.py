@@ -16,7 +16,8 @@ lets one writer in at a time, so there it is nothing.
 """
 from __future__ import annotations
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import current_dialect
 from feather.locks import lock_key
 
 LOCK_NAME = "feeds-writes"
@@ -25,6 +26,6 @@ _KEY = lock_key(LOCK_NAME)  # hashed once: every ingest batch takes it
 
 def lock_writes() -> None:
     """Call inside the transaction, before its first write to a feeds table; held until commit."""
-    sql = current_dialect().xact_lock_sql(_KEY)
-    if sql is not None:
-        db.execute_sql(sql)
+    statement = current_dialect().xact_lock_sql(_KEY)
+    if statement is not None:
+        sql.execute(statement)

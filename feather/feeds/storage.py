@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.feeds import admission, serial
 from feather.feeds.config import Collection, FeedsConfig
 from feather.feeds.schema import subject_expr
@@ -31,10 +32,6 @@ class RecordsSweep:
     removed: int
     table: str | None  # where the next slice starts (short name), None = from the first table
     did: str | None
-
-
-def _q(sql: str) -> str:
-    return current_dialect().q(sql)
 
 
 def authors_page_sql(table: str, after: str | None, budget: int):
@@ -67,7 +64,7 @@ def _tables(config: FeedsConfig) -> list[Collection]:
 
 def _followed(config: FeedsConfig, did: str) -> bool:
     for table in sorted({config.collections[f.follow].table for f in config.feeds.values()}):
-        if db.execute_sql(_q(followed_sql(table)), (did,)).fetchone() is not None:
+        if sql.one(followed_sql(table), (did,)) is not None:
             return True
     return False
 
@@ -79,24 +76,24 @@ def sweep_author(config: FeedsConfig, c: Collection, did: str, served: set[str])
     else:
         keep = did in served or _followed(config, did)
     if not keep:
-        removed = db.execute_sql(_q(drop_author_sql(c.table, did)[0]), (did,)).rowcount
+        removed = sql.execute(drop_author_sql(c.table, did)[0], (did,)).rowcount
         # So that following them again fetches their past records afresh (authors.request).
-        db.execute_sql(_q(forget_fetches_sql(did)[0]), (did,))
+        sql.execute(forget_fetches_sql(did)[0], (did,))
         return removed
     cap = config.target_caps().get(c.nsid)
     if cap is None:
         return 0
-    sql, params = trim_author_sql(c.table, did, cap)
-    return db.execute_sql(_q(sql), params).rowcount
+    statement, params = trim_author_sql(c.table, did, cap)
+    return sql.execute(statement, params).rowcount
 
 
 def load_cursor() -> tuple[str | None, str | None]:
-    row = db.execute_sql("SELECT records_table, records_did FROM feed_prune_state WHERE id = 1").fetchone()
+    row = sql.one("SELECT records_table, records_did FROM feed_prune_state WHERE id = 1")
     return row[0], row[1]
 
 
 def save_cursor(table: str | None, did: str | None) -> None:
-    db.execute_sql(_q("UPDATE feed_prune_state SET records_table = ?, records_did = ? WHERE id = 1"), (table, did))
+    sql.execute("UPDATE feed_prune_state SET records_table = ?, records_did = ? WHERE id = 1", (table, did))
 
 
 def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
@@ -113,8 +110,8 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
     while visited < budget and index < len(tables):
         c = tables[index]
         limit = budget - visited
-        sql, params = authors_page_sql(c.table, after, limit)
-        authors = [row[0] for row in db.execute_sql(_q(sql), params).fetchall()]
+        statement, params = authors_page_sql(c.table, after, limit)
+        authors = [row[0] for row in sql.rows(statement, params)]
         for start in range(0, len(authors), BATCH_AUTHORS):
             with db.atomic():
                 serial.lock_writes()
@@ -136,4 +133,4 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
 
 def drop_unserved_feed(actor: str) -> int:
     """An actor nobody serves any more keeps no timeline (feed_items' primary key prefix)."""
-    return db.execute_sql(_q("DELETE FROM feed_items WHERE actor = ?"), (actor,)).rowcount
+    return sql.execute("DELETE FROM feed_items WHERE actor = ?", (actor,)).rowcount

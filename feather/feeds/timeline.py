@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 
-from feather.db import current_dialect, db
+from feather import sql
 from feather.feeds import backfill, hybrid, query, render
 from feather.feeds import cursor as cursors
 from feather.feeds.config import Feed, FeedsConfig, Target
@@ -99,10 +99,10 @@ def newer_count(config: FeedsConfig, feed: Feed, did: str, top: str | None, targ
     _collection, src = source(config, feed, did, target)
     t, u = src.t, src.u
     where = list(src.where) + [f"({t} > ? OR ({t} = ? AND {u} < ?))"]
-    sql = (f"SELECT count(*) FROM (SELECT 1 AS one {src.from_sql} WHERE {' AND '.join(where)}"
+    statement = (f"SELECT count(*) FROM (SELECT 1 AS one {src.from_sql} WHERE {' AND '.join(where)}"
            f" LIMIT {NEW_POSTS_CAP}) newer")
     params = src.from_params + src.where_params + [position.t, position.t, position.u]
-    return int(db.execute_sql(current_dialect().q(sql), params).fetchone()[0])
+    return int(sql.scalar(statement, params))
 
 
 def filling(config: FeedsConfig, feed: Feed, did: str, now_ms: int | None = None) -> str | None:
@@ -111,18 +111,16 @@ def filling(config: FeedsConfig, feed: Feed, did: str, now_ms: int | None = None
     Two stages: listing the person's follows from their PDS (the first-read backfill), then,
     under admission, fetching the newest posts of everyone they follow (the feeds-fetch job).
     """
-    q = current_dialect().q
-    row = db.execute_sql(q("SELECT completed, started_at, retries, last_error FROM feed_backfills"
-                           " WHERE actor = ? AND feed = ?"), (did, feed.name)).fetchone()
+    row = sql.one("SELECT completed, started_at, retries, last_error FROM feed_backfills"
+                  " WHERE actor = ? AND feed = ?", (did, feed.name))
     if row is None or not row[0]:
         if row is not None and row[3] and row[2] >= backfill.BACKFILL_MAX_RETRIES:
             return ("Your follows could not be listed from your server yet; Feather tries again every few "
                     "minutes. Posts from people you follow still arrive as they are written.")
         return "Filling in your timeline: listing the accounts you follow from your server."
     follow = config.collections[feed.follow].table
-    pending = db.execute_sql(q(
-        f"SELECT count(*) FROM feed_fetches ff WHERE ff.fetched_us IS NULL AND ff.did IN"
-        f" (SELECT {subject_expr('f')} FROM {follow} f WHERE f.did = ?)"), (did,)).fetchone()[0]
+    pending = sql.scalar(f"SELECT count(*) FROM feed_fetches ff WHERE ff.fetched_us IS NULL AND ff.did IN"
+                         f" (SELECT {subject_expr('f')} FROM {follow} f WHERE f.did = ?)", (did,))
     if pending:
         return (f"Filling in your timeline: fetching recent posts of {pending} account"
                 f"{'s' if pending != 1 else ''} you follow.")
