@@ -23,8 +23,8 @@ import click
 
 from feather import sql
 from feather.auth.grants import NeedsReauth
-from feather.auth.service import AuthService, SignInError, declare_scopes
-from feather.auth.web import Account, current_account, known_account
+from feather.auth.service import AuthService, SignInError, declare_scopes, forget_expired_requests
+from feather.auth.web import Account, current_account, forget_expired, known_account
 
 __all__ = ["Account", "AuthService", "NeedsReauth", "SignInError", "consent_url", "current_account",
            "declare_scopes", "has_scopes", "is_admin", "known_account", "login_required", "pds_client",
@@ -129,12 +129,9 @@ def new_client_key() -> None:
 
 def cleanup() -> None:
     """Drop expired sign-in requests, browser sessions and rate buckets."""
-    from feather.auth.service import REQUEST_TTL_SECS
-
     now = sql.now_s()
-    sql.execute("DELETE FROM auth_oauth_request WHERE created_at < ?", (now - REQUEST_TTL_SECS,))
-    sql.execute("DELETE FROM auth_web_session WHERE expires_at < ?", (now,))
-    sql.execute("DELETE FROM auth_rate WHERE expires_at < ?", (now,))
+    forget_expired_requests(now)
+    forget_expired(now)
 
 
 def jobs(settings) -> list:

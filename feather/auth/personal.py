@@ -11,6 +11,8 @@ import logging
 import time
 
 from feather import sql
+from feather.auth.service import forget_requests_of
+from feather.auth.web import end_sessions_of
 from feather.db import db
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,8 @@ def delete(did: str, service) -> None:
         log.warning("auth: revoking a deleted account's session at its server failed", exc_info=True)
     with db.atomic():
         service.grants.delete(did)
-        sql.execute("DELETE FROM auth_web_session WHERE did = ?", (did,))
-        sql.execute("DELETE FROM auth_oauth_request WHERE did = ? OR expect_did = ?", (did, did))
+        end_sessions_of(did)
+        forget_requests_of(did)
 
 
 def register(app) -> None:

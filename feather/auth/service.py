@@ -38,6 +38,15 @@ def declare_scopes(*scopes: str) -> None:
             _DECLARED.append(scope)
 
 
+def forget_expired_requests(now: int) -> None:
+    """Sign-ins started more than REQUEST_TTL_SECS ago can no longer finish."""
+    sql.execute("DELETE FROM auth_oauth_request WHERE created_at < ?", (now - REQUEST_TTL_SECS,))
+
+
+def forget_requests_of(did: str) -> None:
+    sql.execute("DELETE FROM auth_oauth_request WHERE did = ? OR expect_did = ?", (did, did))
+
+
 class SignInError(Exception):
     """Sign-in failed; the message is a plain sentence for the person signing in."""
 
@@ -103,7 +112,7 @@ class AuthService:
         except OAuthError as e:
             raise SignInError(e.message) from None
         now = int(self.clock())
-        sql.execute("DELETE FROM auth_oauth_request WHERE created_at < ?", (now - REQUEST_TTL_SECS,))
+        forget_expired_requests(now)
         sql.execute("INSERT INTO auth_oauth_request (state, issuer, did, handle, scope, verifier_enc, dpop_key_enc,"
                     " as_nonce, expect_did, next_url, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (state, server.issuer, did, handle, scope, self.sealer.seal(verifier, f"req:{state}"),

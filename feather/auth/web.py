@@ -51,6 +51,17 @@ def end_session() -> None:
     g.pop("auth_account", None)
 
 
+def end_sessions_of(did: str) -> None:
+    """Every browser signed in as did is signed out (the account asked to be forgotten)."""
+    sql.execute("DELETE FROM auth_web_session WHERE did = ?", (did,))
+
+
+def forget_expired(now: int) -> None:
+    """Expired browser sessions and rate buckets (each is also trimmed as it is written)."""
+    sql.execute("DELETE FROM auth_web_session WHERE expires_at < ?", (now,))
+    sql.execute("DELETE FROM auth_rate WHERE expires_at < ?", (now,))
+
+
 def current_account() -> Account | None:
     """The signed-in account of this request, or None."""
     if "auth_account" in g:

@@ -1,21 +1,24 @@
 """Follow-graph sync across Bluesky, Tangled, Sifa, Grain and Semble (docs/design.md, "Graph sync").
 
 Feature hooks (feather/features.py):
+  subscriptions    shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
+                   collections: the offered apps' follow collections) and, on the shared "global"
+                   stream, profile creates of the apps watched live (late joiners).
+  jobs             runner, backfill bursts, sweep, cleanup, and the people cache (names for the
+                   pages). They need a FollowWriter that can write with the owner's session:
+                   `follow_writer.app_writer(app)`, the one installed with
+                   `follow_writer.install_writer(app, writer)` or else the production one over
+                   feather/auth's sessions. Without one the write jobs skip their turn (the handler
+                   still mirrors and queues, so nothing is lost).
   operator_status  the counts /admin shows (operator.py).
-  subscriptions  shards `sync:<n>` (members: enabled owners hashed to n, paused ones included;
-                 collections: the offered apps' follow collections) and, on the shared "global"
-                 stream, profile creates of the apps watched live (late joiners).
-  jobs           runner, backfill bursts, sweep, cleanup, and the people cache (names for the pages). They need a FollowWriter that can write
-                 with the owner's session: `follow_writer.app_writer(app)`, the one installed with
-                 `follow_writer.install_writer(app, writer)` or else the production one over
-                 feather/auth's sessions. Without one the write jobs skip their turn (the handler
-                 still mirrors and queues, so nothing is lost).
-Module map: apps (registry) · store (sets, shards) · shards (shard cursors across a count change)
-· handler (Jetstream; the only unfollow insert) · queue (follow-only helpers) · runner (lanes)
-· pacer (points) · backfill (listing, union, sweep) · service (owner operations, cleanup)
-· follow_writer (PDS protocol + adapter; the app's writer) · memory (in-memory PDS) · preview (what enabling would write)
-· outcomes (a row's result) · status (what the owner sees) · people (handles and names)
-· operator (figures for /admin) · views (pages) · api (JSON for scripts).
+Module map: apps (registry) · store (sets, activity log, shards) · shards (shard cursors across a
+count change) · handler (Jetstream; the only unfollow insert) · queue (queue, mirror, waiting list,
+observed deletes: follows only) · runner (lanes) · lanes (leases) · pacer (points) · backfill
+(listing, union, sweep) · service (owner operations, cleanup) · follow_writer (PDS protocol +
+adapter; the app's writer) · memory (in-memory PDS) · preview (what enabling would write) · outcomes
+(a row's result) · status (what the owner sees) · people (handles and names) · operator (figures
+for /admin) · views (pages) · api (JSON for scripts). Each table has one module that writes it
+(docs/design.md, "Tables by owner").
 """
 from __future__ import annotations
 
@@ -84,9 +87,10 @@ def _on_gap(name: str):
                     "lost, follows will be recovered by the sweep", name, saved_time_us)
         try:
             from feather.db import db
+            from feather.sync.store import sweep_everyone_now
 
             with db.connection_context():
-                sql.execute("UPDATE sync_sets SET next_sweep_at = 0 WHERE enabled = 1")
+                sweep_everyone_now()
         except Exception:
             log.exception("sync %s: could not schedule sweeps after a gap", name)
     return report

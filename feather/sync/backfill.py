@@ -6,6 +6,7 @@ done, one guarded union step queues a follow for every (subject, app) pair the m
 The daily sweep re-lists: a record the handler missed is mirrored and propagated like a create
 event; once a listing is complete, mirror rows last seen before it started are dropped (the
 record is gone). Nothing here can unfollow: it imports queue.enqueue_follow and nothing else.
+The one module that writes sync_backfill_tasks.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from feather import sql
 from feather.atproto.syntax import is_valid_did
 from feather.db import db
 from feather.sync import apps as registry
-from feather.sync import pacer, queue
+from feather.sync import pacer, queue, store
 from feather.sync.store import get_set, record_activity
 from feather.sync.follow_writer import FollowWriter, PdsError
 
@@ -30,8 +31,7 @@ RETRY_CAP_SECS = 3600  # listing never gives up (it is resumable); it just waits
 def start_run(owner: str, app_keys, kind: str, now: int) -> int:
     """Queue a listing task per app (skipping apps already being listed); the run number."""
     if kind == "backfill":
-        sql.execute("UPDATE sync_sets SET backfill_run = backfill_run + 1, backfill_total = 0 WHERE owner_did = ?",
-                    (owner,))
+        store.next_backfill_run(owner)
     run = sql.scalar("SELECT backfill_run FROM sync_sets WHERE owner_did = ?", (owner,), default=0)
     busy = {r[0] for r in sql.rows("SELECT app FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'"
                                    " AND kind = ?", (owner, kind))}
@@ -46,7 +46,7 @@ def start_run(owner: str, app_keys, kind: str, now: int) -> int:
                         (owner, run, key, kind, now))
         added += 1
     if kind == "backfill":
-        sql.execute("UPDATE sync_sets SET backfill_total = ? WHERE owner_did = ?", (added, owner))
+        store.set_backfill_total(owner, added)
     return run
 
 
@@ -85,30 +85,14 @@ def _store_page(task, page: list[tuple[str, str]], next_cursor: str | None, now:
         sql.execute("UPDATE sync_backfill_tasks SET status = 'done', finished_at = ? WHERE id = ?", (now, task_id))
         # Backfill too: a set turned off and on again kept mirror rows of records deleted meanwhile,
         # and those must not count as followed (the preview, which lists afresh, does not count them).
-        _drop_gone(owner, app, started_at, now)
+        queue.drop_gone(owner, app, started_at, now)
         union(owner, now)
-
-
-def _drop_gone(owner: str, app: str, started_at: int, now: int) -> int:
-    """After a complete listing: rows not seen since before it started are records that are gone.
-    They stop counting as follows but stay, as 'dropped', until the cleanup: the stream may not have
-    delivered the record's delete yet (a lagging or reconnecting shard), and that delete is still an
-    unfollow to propagate (the handler finds its subject here). Nothing is deleted anywhere."""
-    return sql.execute("UPDATE sync_follow_mirror SET state = 'dropped', last_seen_at = ? WHERE"
-                       " owner_did = ? AND app = ?"
-                       " AND last_seen_at < ? AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey"
-                       " FROM sync_queue WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
-                       (now, owner, app, started_at, owner, app)).rowcount
 
 
 def union(owner: str, now: int) -> int:
     """Once per run, when all its listings are done: follow every subject on every app lacking it."""
     run = sql.scalar("SELECT backfill_run FROM sync_sets WHERE owner_did = ?", (owner,), default=0)
-    claimed = sql.execute(
-        "UPDATE sync_sets SET union_run = backfill_run WHERE owner_did = ? AND union_run < backfill_run"
-        " AND NOT EXISTS (SELECT 1 FROM sync_backfill_tasks t WHERE t.owner_did = ? AND t.run = ?"
-        " AND t.kind = 'backfill' AND t.status <> 'done')", (owner, owner, run)).rowcount
-    if not claimed:
+    if not store.claim_union(owner, run):
         return 0
     sync_set = get_set(owner)
     followed: dict[str, set[str]] = {}
@@ -125,6 +109,18 @@ def union(owner: str, now: int) -> int:
                 queued += queue.enqueue_follow(owner, app, subject, "backfill", now, cause_us=cause[subject])
     record_activity(owner, now, "", "backfill_done", None, 0, f"{queued} follows queued")
     return queued
+
+
+def cancel_pending_tasks(owner: str) -> None:
+    sql.execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'", (owner,))
+
+
+def forget_app(owner: str, app: str) -> None:
+    sql.execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND app = ?", (owner, app))
+
+
+def forget_owner(owner: str) -> None:
+    sql.execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ?", (owner,))
 
 
 def burst(writer: FollowWriter, clock: Callable[[], int], max_tasks: int = BURST_TASKS,
@@ -166,7 +162,7 @@ def sweep_due(clock: Callable[[], int], settings, limit: int = 50) -> list[str]:
         with db.atomic():
             sync_set = get_set(owner)
             start_run(owner, sync_set.apps, "sweep", now)
-            sql.execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", (now + pacer.DAY, owner))
+            store.schedule_sweep(owner, now + pacer.DAY)
             started.append(owner)
     recheck_waiting(now)
     return started
@@ -179,7 +175,6 @@ def recheck_waiting(now: int, limit: int = 500) -> int:
                    " ORDER BY w.next_check_at LIMIT ?", (now, limit))
     for owner, app, subject, cause_us in due:
         with db.atomic():
-            sql.execute("DELETE FROM sync_waiting WHERE owner_did = ? AND app = ? AND subject = ?",
-                        (owner, app, subject))
+            queue.remove_waiting(owner, app, subject)
             queue.enqueue_follow(owner, app, subject, "recheck", now, cause_us=cause_us)
     return len(due)

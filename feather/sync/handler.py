@@ -85,14 +85,11 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
     if deleted_at(owner, app.key, event.rkey) is not None:
         return  # a replay, or a second delivery: it was handled the first time
     known = queue.mirror_state(owner, app.key, event.rkey)
-    sql.execute("INSERT INTO sync_observed_deletes (owner_did, app, rkey, subject, time_us, seen_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (owner, app.key, event.rkey, known[0] if known else None, event.time_us, now))
+    queue.record_observed_delete(owner, app.key, event.rkey, known[0] if known else None, event.time_us, now)
     if known is None:
         return  # never mirrored: not a DID subject, or older than the set
     subject, state = known
-    sql.execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND rkey = ?",
-                (owner, app.key, event.rkey))
+    queue.delete_mirror(owner, app.key, event.rkey)
     if state in ("deleting", "gone"):
         return  # the echo of sync's own unfollow
     if app.key in queue.live_on(owner, subject):
@@ -104,7 +101,7 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
                     " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
                     (owner, other_app, subject, rkey, now, now))
     queue.cancel_pending_follows(owner, subject, now, event.time_us)
-    sql.execute("DELETE FROM sync_waiting WHERE owner_did = ? AND subject = ?", (owner, subject))
+    queue.forget_waiting_of(owner, subject)
     # A record born after this delete is a follow the owner made since; a listing can mirror it
     # before a lagging stream brings this delete. It stays, so it propagates once more.
     newer = sql.scalar("SELECT MAX(born_us) FROM sync_follow_mirror WHERE owner_did = ? AND subject = ?"
@@ -125,8 +122,7 @@ def profile_created(settings, event: CommitEvent, now: int) -> None:
                            (event.did, app.key))
         for owner, cause_us in waiting:
             queue.enqueue_follow(owner, app.key, event.did, "waitlist", now, cause_us=cause_us)
-        sql.execute("DELETE FROM sync_waiting WHERE subject = ? AND app = ?"
-                    " AND owner_did IN (SELECT owner_did FROM sync_sets WHERE enabled = 1)", (event.did, app.key))
+        queue.clear_waiting_for(event.did, app.key)
 
 
 def apply_follow_batch(events, now: int) -> None:

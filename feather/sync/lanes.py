@@ -92,6 +92,17 @@ def renew_lease(holder: str, owner: str, app: str, now: int) -> bool:
                        (now + LEASE_SECS, owner, app, holder)).rowcount == 1
 
 
+def forget_idle(now: int) -> None:
+    """Lane rows left behind by a process that died holding them, once they have no pending work."""
+    sql.execute("DELETE FROM sync_lanes WHERE lease_until < ? AND NOT EXISTS (SELECT 1 FROM sync_queue q"
+                " WHERE q.owner_did = sync_lanes.owner_did AND q.app = sync_lanes.app AND q.status = 'pending')",
+                (now,))
+
+
+def forget_owner(owner: str) -> None:
+    sql.execute("DELETE FROM sync_lanes WHERE owner_did = ?", (owner,))
+
+
 def release_lease(holder: str, owner: str, app: str) -> None:
     """Free the lane; drop its row when it has no pending work left (the next tick re-adds it if needed)."""
     with db.atomic():

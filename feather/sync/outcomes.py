@@ -10,9 +10,8 @@ did nothing; a `sending` row a crash left behind becomes `interrupted` and keeps
 """
 from __future__ import annotations
 
-from feather import sql
 from feather.db import db
-from feather.sync import pacer, queue
+from feather.sync import pacer, queue, store
 from feather.sync.store import park_account, pause, record_activity
 from feather.sync.follow_writer import AuthExpired, AuthInvalid, BadRequest, PdsError, RateLimited, ScopeMissing, SessionGone
 
@@ -21,19 +20,12 @@ AUTH_STREAK_PAUSE = 5
 
 
 def finish(row, status: str, error: str | None, now: int) -> None:
-    sql.execute("UPDATE sync_queue SET status = ?, last_error = ?, updated_at = ? WHERE id = ?",
-                (status, error, now, row.id))
+    queue.finish(row.id, status, error, now)
 
 
 def sent(row, kind: str | None, detail: str | None = None) -> None:
     """Settle the in-flight activity row: relabel it (points kept) or drop it (refund)."""
-    if kind is None:
-        sql.execute("DELETE FROM sync_activity WHERE owner_did = ? AND app = ? AND kind = 'sending'",
-                    (row.owner, row.app))
-    else:
-        sql.execute("UPDATE sync_activity SET kind = ?, detail = ? WHERE owner_did = ? AND app = ?"
-                    " AND kind = 'sending'",
-                    (kind, detail, row.owner, row.app))
+    store.settle_sending(row.owner, row.app, kind, detail)
 
 
 def succeeded(row, now: int) -> None:
@@ -43,9 +35,8 @@ def succeeded(row, now: int) -> None:
         if row.kind == "unfollow":
             queue.set_mirror_state(row.owner, row.app, row.rkey, "gone", now)
         else:
-            sql.execute("UPDATE sync_follow_mirror SET state = 'live' WHERE owner_did = ? AND app = ? AND rkey = ?"
-                        " AND state = 'pending'", (row.owner, row.app, row.rkey))
-        sql.execute("UPDATE sync_sets SET auth_failures = 0 WHERE owner_did = ? AND auth_failures > 0", (row.owner,))
+            queue.confirm_mirror(row.owner, row.app, row.rkey)
+        store.clear_auth_failures(row.owner)
 
 
 def failed(row, exc: PdsError, now: int) -> str:
@@ -61,10 +52,8 @@ def failed(row, exc: PdsError, now: int) -> str:
             return "stop"
         if isinstance(exc, (AuthExpired, AuthInvalid)):
             sent(row, None)
-            sql.execute("UPDATE sync_sets SET auth_failures = auth_failures + 1 WHERE owner_did = ?", (row.owner,))
-            streak = sql.scalar("SELECT auth_failures FROM sync_sets WHERE owner_did = ?", (row.owner,), default=0)
-            sql.execute("UPDATE sync_queue SET not_before = ?, last_error = ? WHERE id = ?",
-                        (now + LANE_AUTH_PARK_SECS, str(exc)[:500], row.id))
+            streak = store.count_auth_failure(row.owner)
+            queue.hold(row.id, now + LANE_AUTH_PARK_SECS, str(exc)[:500])
             if streak >= AUTH_STREAK_PAUSE:
                 pause(row.owner, f"the PDS refused sync's credentials {streak} times in a row", now)
             return "stop"
@@ -72,11 +61,9 @@ def failed(row, exc: PdsError, now: int) -> str:
         attempts = row.attempts + 1
         final = attempts >= pacer.MAX_ATTEMPTS or (isinstance(exc, BadRequest) and row.kind != "unfollow")
         if not final:
-            sql.execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?"
-                        " WHERE id = ?", (attempts, now + pacer.backoff_secs(attempts), str(exc)[:500], now, row.id))
+            queue.retry_later(row.id, attempts, now + pacer.backoff_secs(attempts), str(exc)[:500], now)
             return "stop"
-        sql.execute("UPDATE sync_queue SET attempts = ?, status = 'failed', last_error = ?, updated_at = ?"
-                    " WHERE id = ?", (attempts, str(exc)[:500], now, row.id))
+        queue.give_up(row.id, attempts, str(exc)[:500], now)
         record_activity(row.owner, now, row.app, "failed", row.subject, 0, f"{row.kind}: {exc}"[:500])
         if row.kind == "unfollow":  # the record is still there: the mirror must say so
             queue.set_mirror_state(row.owner, row.app, row.rkey, "live", now)
@@ -95,9 +82,7 @@ def errored(row, exc: Exception, now: int) -> str:
     with db.atomic():
         sent(row, None)
         final = attempts >= pacer.MAX_ATTEMPTS
-        sql.execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?, status = ?"
-                    " WHERE id = ?", (attempts, now + pacer.backoff_secs(attempts), reason, now,
-                    "failed" if final else "pending", row.id))
+        queue.record_fault(row.id, attempts, now + pacer.backoff_secs(attempts), reason, now, final)
         record_activity(row.owner, now, row.app, "failed" if final else "error", row.subject, 0,
                         f"{row.kind}: {reason}"[:500])
         if final and row.kind == "unfollow":
@@ -110,6 +95,5 @@ def errored(row, exc: Exception, now: int) -> str:
 def sending(row, points: int, now: int) -> None:
     """Spend the points of the write about to be sent. A `sending` row still there is the write a
     crash interrupted: it keeps its points (it may have reached the PDS) and shows as such."""
-    sql.execute("UPDATE sync_activity SET kind = 'interrupted' WHERE owner_did = ? AND app = ? AND kind = 'sending'",
-                (row.owner, row.app))
+    store.interrupt_sending(row.owner, row.app)
     record_activity(row.owner, now, row.app, "sending", row.subject, points, None)

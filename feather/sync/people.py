@@ -99,6 +99,11 @@ def labels(dids, now: int) -> dict[str, str]:
     return out
 
 
+def forget(did: str) -> None:
+    """The person asked Feather to forget them: their handle and name go too."""
+    sql.execute("DELETE FROM sync_people WHERE did = ?", (did,))
+
+
 def held_elsewhere(dids: list[str]) -> dict[str, tuple]:
     """{did: (handle, display name)} that other features hold (database reads), or {} outside an app."""
     from flask import current_app, has_app_context

@@ -2,15 +2,14 @@
 
 Everything sync keeps about an owner hangs off their sync_sets row; the tables are emptied one by one
 rather than trusting ON DELETE CASCADE, so the delete does not depend on how a connection was opened.
+Each table is emptied by the module that writes it, the set itself last.
 """
 from __future__ import annotations
 
 from feather import sql
+from feather.sync import backfill, lanes, people, queue, status, store
 from feather.sync.store import get_set
 
-# Owner-keyed tables, children before the set itself.
-OWNED = ("sync_activity", "sync_queue", "sync_waiting", "sync_follow_mirror", "sync_backfill_tasks",
-         "sync_observed_deletes", "sync_lanes", "sync_app_counts", "sync_sets")
 EXPORT_COLUMNS = {
     "sync_sets": "apps, enabled, paused, pause_reason, created_at, updated_at",
     "sync_follow_mirror": "app, rkey, subject, created_by_sync, state, last_seen_at",
@@ -57,16 +56,19 @@ def export(did: str) -> dict:
 
 
 def delete(did: str) -> None:
-    for table in OWNED:
-        sql.execute(f"DELETE FROM {table} WHERE owner_did = ?", (did,))
-    sql.execute("DELETE FROM sync_people WHERE did = ?", (did,))
+    queue.forget_owner(did)  # the queue, waiting list, mirror and observed deletes
+    backfill.forget_owner(did)
+    lanes.forget_owner(did)
+    status.forget_following(did)
+    store.forget_owner(did)  # the activity log, then the set
+    people.forget(did)
 
 
 def panel(account):
     """Home: sync's state and its newest activity line, with the way to the owner's page."""
     from flask import current_app, url_for
 
-    from feather.sync import apps as registry, service, status
+    from feather.sync import apps as registry, service
 
     settings = current_app.config["FEATHER"]
     if len(registry.offered(settings)) < 2:

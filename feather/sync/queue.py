@@ -1,8 +1,10 @@
-"""The write queue and the follow mirror: the shared, follow-only half.
+"""The write queue, the follow mirror, the waiting list and the observed deletes: every write to them.
 
-This module can only ever add follows. The one statement that inserts an unfollow row lives in
-feather/sync/handler.py (the delete branch), which is the safety rule enforced by construction:
-backfill, the waiting list and the sweep import this module and nothing that could unfollow.
+The one module that writes sync_queue, sync_follow_mirror, sync_waiting and sync_observed_deletes,
+with one deliberate exception: the statement that inserts an unfollow row lives in
+feather/sync/handler.py (the delete branch). That is the safety rule enforced by construction: this
+module can only ever add follows (it changes the status of rows already queued, and never inserts
+an unfollow), and backfill, the waiting list and the sweep import it and nothing that could unfollow.
 tests/test_sync_apps.py fails if an unfollow insert appears anywhere else.
 """
 from __future__ import annotations
@@ -106,3 +108,126 @@ def counts(owner: str) -> dict:
 
 def waiting_count(owner: str) -> int:
     return sql.scalar("SELECT COUNT(*) FROM sync_waiting WHERE owner_did = ?", (owner,), default=0)
+
+
+def cancel_pending(owner: str, now: int, *, app: str | None = None, reason: str | None = None) -> int:
+    """Cancel the owner's pending rows (on one app only, with `app`); `reason` becomes their last_error."""
+    because = ", last_error = ?" if reason is not None else ""
+    on_app = " AND app = ?" if app is not None else ""
+    params = ((reason,) if reason is not None else ()) + (now, owner) + ((app,) if app is not None else ())
+    return sql.execute(f"UPDATE sync_queue SET status = 'cancelled'{because}, updated_at = ? WHERE owner_did = ?"
+                       f"{on_app} AND status = 'pending'", params).rowcount
+
+
+def release_parked(owner: str) -> None:
+    """Let every pending row of the owner go now (a resumed set)."""
+    sql.execute("UPDATE sync_queue SET not_before = 0 WHERE owner_did = ? AND status = 'pending'", (owner,))
+
+
+# --- one row's fate (feather/sync/outcomes.py decides it; the runner fixes a follow's record)
+def finish(row_id: int, status: str, error: str | None, now: int) -> None:
+    sql.execute("UPDATE sync_queue SET status = ?, last_error = ?, updated_at = ? WHERE id = ?",
+                (status, error, now, row_id))
+
+
+def hold(row_id: int, not_before: int, error: str) -> None:
+    """Not before `not_before`, without spending an attempt."""
+    sql.execute("UPDATE sync_queue SET not_before = ?, last_error = ? WHERE id = ?", (not_before, error, row_id))
+
+
+def retry_later(row_id: int, attempts: int, not_before: int, error: str, now: int) -> None:
+    sql.execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?"
+                " WHERE id = ?", (attempts, not_before, error, now, row_id))
+
+
+def give_up(row_id: int, attempts: int, error: str, now: int) -> None:
+    sql.execute("UPDATE sync_queue SET attempts = ?, status = 'failed', last_error = ?, updated_at = ?"
+                " WHERE id = ?", (attempts, error, now, row_id))
+
+
+def record_fault(row_id: int, attempts: int, not_before: int, error: str, now: int, final: bool) -> None:
+    """A fault of ours: backoff like a retry, and failed for good on the last attempt."""
+    sql.execute("UPDATE sync_queue SET attempts = ?, not_before = ?, last_error = ?, updated_at = ?, status = ?"
+                " WHERE id = ?", (attempts, not_before, error, now, "failed" if final else "pending", row_id))
+
+
+def choose_record(row_id: int, rkey: str, created_at: str, now: int) -> None:
+    """The follow record's rkey and createdAt, chosen once so every retry sends the same record."""
+    sql.execute("UPDATE sync_queue SET rkey = ?, record_created_at = ?, updated_at = ? WHERE id = ?",
+                (rkey, created_at, now, row_id))
+
+
+# --- the mirror
+def confirm_mirror(owner: str, app: str, rkey: str) -> None:
+    """Sync's own follow landed: pending becomes live (any other state is left alone)."""
+    sql.execute("UPDATE sync_follow_mirror SET state = 'live' WHERE owner_did = ? AND app = ? AND rkey = ?"
+                " AND state = 'pending'", (owner, app, rkey))
+
+
+def fail_pending_mirror(owner: str) -> None:
+    sql.execute("UPDATE sync_follow_mirror SET state = 'failed' WHERE owner_did = ? AND state = 'pending'", (owner,))
+
+
+def delete_mirror(owner: str, app: str, rkey: str) -> None:
+    sql.execute("DELETE FROM sync_follow_mirror WHERE owner_did = ? AND app = ? AND rkey = ?", (owner, app, rkey))
+
+
+def drop_gone(owner: str, app: str, started_at: int, now: int) -> int:
+    """Records a complete listing no longer shows (last seen before it started) become 'dropped'.
+    They stop counting as follows but stay, as 'dropped', until the cleanup: the stream may not have
+    delivered the record's delete yet (a lagging or reconnecting shard), and that delete is still an
+    unfollow to propagate (the handler finds its subject here). Nothing is deleted anywhere."""
+    return sql.execute("UPDATE sync_follow_mirror SET state = 'dropped', last_seen_at = ? WHERE"
+                       " owner_did = ? AND app = ?"
+                       " AND last_seen_at < ? AND state IN ('live', 'pending', 'failed') AND rkey NOT IN (SELECT rkey"
+                       " FROM sync_queue WHERE owner_did = ? AND app = ? AND status = 'pending' AND rkey IS NOT NULL)",
+                       (now, owner, app, started_at, owner, app)).rowcount
+
+
+# --- the waiting list
+def remove_waiting(owner: str, app: str, subject: str) -> None:
+    sql.execute("DELETE FROM sync_waiting WHERE owner_did = ? AND app = ? AND subject = ?", (owner, app, subject))
+
+
+def forget_waiting_of(owner: str, subject: str) -> None:
+    """The owner unfollowed subject: nothing waits for them on any app any more."""
+    sql.execute("DELETE FROM sync_waiting WHERE owner_did = ? AND subject = ?", (owner, subject))
+
+
+def clear_waiting_for(subject: str, app: str) -> None:
+    """subject made a profile on app: the enabled sets' waits for it are over (they were queued)."""
+    sql.execute("DELETE FROM sync_waiting WHERE subject = ? AND app = ?"
+                " AND owner_did IN (SELECT owner_did FROM sync_sets WHERE enabled = 1)", (subject, app))
+
+
+def forget_all_waiting(owner: str) -> None:
+    sql.execute("DELETE FROM sync_waiting WHERE owner_did = ?", (owner,))
+
+
+# --- observed deletes: so a replay cannot unfollow twice (feather/sync/handler.py reads them)
+def record_observed_delete(owner: str, app: str, rkey: str, subject: str | None, time_us: int, now: int) -> None:
+    sql.execute("INSERT INTO sync_observed_deletes (owner_did, app, rkey, subject, time_us, seen_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)", (owner, app, rkey, subject, time_us, now))
+
+
+# --- forgetting
+def forget_app(owner: str, app: str) -> None:
+    """An app left the set: its records no longer count as "followed somewhere"."""
+    for table in ("sync_follow_mirror", "sync_waiting"):
+        sql.execute(f"DELETE FROM {table} WHERE owner_did = ? AND app = ?", (owner, app))
+
+
+def forget_owner(owner: str) -> None:
+    for table in ("sync_queue", "sync_waiting", "sync_follow_mirror", "sync_observed_deletes"):
+        sql.execute(f"DELETE FROM {table} WHERE owner_did = ?", (owner,))
+
+
+def trim(now: int, keep_secs: int, horizon: int) -> int:
+    """The cleanup: tombstones (mirror rows gone or dropped, observed deletes) older than keep_secs,
+    and settled queue rows older than horizon. The number of tombstones removed."""
+    tombstones = sql.execute("DELETE FROM sync_follow_mirror WHERE state IN ('gone', 'dropped') AND last_seen_at < ?",
+                             (now - keep_secs,)).rowcount
+    tombstones += sql.execute("DELETE FROM sync_observed_deletes WHERE seen_at < ?", (now - keep_secs,)).rowcount
+    sql.execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?",
+                (horizon,))
+    return tombstones

@@ -25,7 +25,7 @@ from typing import Callable
 from feather import sql
 from feather.db import db
 from feather.sync import apps as registry
-from feather.sync import outcomes, pacer, queue
+from feather.sync import outcomes, pacer, queue, store
 from feather.sync.lanes import MAX_LANES, lease_lanes, process_id, release_lease, renew_lease
 from feather.sync.store import get_set, record_activity
 from feather.sync.follow_writer import FollowWriter, PdsError
@@ -149,7 +149,7 @@ class Runner:
         """(row ready for the PDS call, "fresh"|"retry") or (None, "next"|"stop")."""
         now = self.clock()
         with db.atomic():
-            sql.execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", (now, owner))  # serialise the owner
+            store.touch(owner, now)  # serialise the owner
             sync_set = get_set(owner)
             if sync_set is None or not sync_set.enabled or sync_set.paused or sync_set.parked_until > now:
                 return None, "stop"
@@ -215,7 +215,7 @@ class Runner:
         exists = self.writer.profile_exists(row.subject, app.profile)  # PdsError -> backoff in _failed
         now = self.clock()
         with db.atomic():
-            sql.execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", (now, row.owner))
+            store.touch(row.owner, now)
             if not exists:
                 days = registry.recheck_days(app, self.settings)
                 queue.add_waiting(row.owner, row.app, row.subject, now, now + days * pacer.DAY, row.cause_us)
@@ -225,8 +225,7 @@ class Runner:
             if not self.budget.allows(row.owner, pacer.CREATE_POINTS, now):
                 return "stop"
             row.rkey, row.created_at = next_tid(), _iso(now)
-            sql.execute("UPDATE sync_queue SET rkey = ?, record_created_at = ?, updated_at = ? WHERE id = ?",
-                        (row.rkey, row.created_at, now, row.id))
+            queue.choose_record(row.id, row.rkey, row.created_at, now)
             queue.upsert_mirror(row.owner, row.app, row.rkey, row.subject, now, by_sync=True, state="pending",
                                 born_us=row.cause_us)
             outcomes.sending(row, pacer.CREATE_POINTS, now)

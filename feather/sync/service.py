@@ -7,8 +7,9 @@ from __future__ import annotations
 from feather import sql
 from feather.db import db
 from feather.sync import apps as registry
-from feather.sync import backfill, pacer, queue
-from feather.sync.store import ensure_set, get_set, pause, record_activity, resume, set_apps, set_enabled
+from feather.sync import backfill, lanes, pacer, queue
+from feather.sync.store import (ensure_set, forget_activity_before, get_set, pause, record_activity, resume,
+                                schedule_sweep, set_apps, set_enabled)
 
 PAUSED_BY_YOU = "paused by you"
 PAUSED_CANCEL_DAYS = 30
@@ -49,20 +50,18 @@ def configure(owner: str, settings, now: int, *, enabled: bool | None = None, pa
                 raise ValueError("Choose at least two apps to keep in sync.")
             _check_capacity(owner, settings)
             set_enabled(owner, True, now)
-            sql.execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", (now + pacer.DAY, owner))
+            schedule_sweep(owner, now + pacer.DAY)
             backfill.start_run(owner, current.apps, "backfill", now)
             record_activity(owner, now, "", "enabled", None, 0, ",".join(current.apps))
         elif enabled is False and current.enabled:
             set_enabled(owner, False, now)
-            sql.execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ?"
-                        " AND status = 'pending'", (now, owner))
-            sql.execute("DELETE FROM sync_backfill_tasks WHERE owner_did = ? AND status = 'pending'", (owner,))
+            queue.cancel_pending(owner, now)
+            backfill.cancel_pending_tasks(owner)
             # What sync had in flight or waiting is not a follow the owner has: turned on again, the
             # fresh listing decides (a write that landed is found and becomes live again), so the
             # backfill queues exactly what the preview, which lists afresh, promises.
-            sql.execute("UPDATE sync_follow_mirror SET state = 'failed' WHERE owner_did = ? AND state = 'pending'",
-                        (owner,))
-            sql.execute("DELETE FROM sync_waiting WHERE owner_did = ?", (owner,))
+            queue.fail_pending_mirror(owner)
+            queue.forget_all_waiting(owner)
             record_activity(owner, now, "", "disabled", None, 0, None)
         if paused is True:
             pause(owner, PAUSED_BY_YOU, now)
@@ -110,10 +109,9 @@ def _change_apps(owner: str, before, keys: list[str], now: int) -> None:
         raise ValueError("A set that is on needs at least two apps; turn sync off first.")
     set_apps(owner, keys, now)
     for key in removed:  # forget the app entirely: its records no longer count as "followed somewhere"
-        sql.execute("UPDATE sync_queue SET status = 'cancelled', updated_at = ? WHERE owner_did = ? AND app = ?"
-                    " AND status = 'pending'", (now, owner, key))
-        for table in ("sync_follow_mirror", "sync_waiting", "sync_backfill_tasks"):
-            sql.execute(f"DELETE FROM {table} WHERE owner_did = ? AND app = ?", (owner, key))
+        queue.cancel_pending(owner, now, app=key)
+        queue.forget_app(owner, key)
+        backfill.forget_app(owner, key)
     if before.enabled and added:
         backfill.start_run(owner, added, "backfill", now)
 
@@ -208,19 +206,10 @@ def cleanup(now: int, lookback_us: int = 0) -> dict:
                                     (now - PAUSED_CANCEL_DAYS * pacer.DAY,))]
     cancelled = 0
     for owner in stale:
-        cancelled += sql.execute("UPDATE sync_queue SET status = 'cancelled', last_error = ?, updated_at = ?"
-                                 " WHERE owner_did = ? AND status = 'pending'",
-                                 (f"paused for {PAUSED_CANCEL_DAYS} days", now, owner)).rowcount
+        cancelled += queue.cancel_pending(owner, now, reason=f"paused for {PAUSED_CANCEL_DAYS} days")
     keep = max(TOMBSTONE_SECS, lookback_us // 1_000_000 + pacer.DAY)
-    tombstones = sql.execute("DELETE FROM sync_follow_mirror WHERE state IN ('gone', 'dropped') AND last_seen_at < ?",
-                             (now - keep,)).rowcount
-    tombstones += sql.execute("DELETE FROM sync_observed_deletes WHERE seen_at < ?", (now - keep,)).rowcount
     horizon = now - KEEP_HISTORY_DAYS * pacer.DAY
-    sql.execute("DELETE FROM sync_activity WHERE at < ?", (horizon,))
-    sql.execute("DELETE FROM sync_queue WHERE status IN ('done', 'skipped', 'cancelled') AND updated_at < ?",
-                (horizon,))
-    # Lane rows left behind by a process that died holding them, once they have no pending work.
-    sql.execute("DELETE FROM sync_lanes WHERE lease_until < ? AND NOT EXISTS (SELECT 1 FROM sync_queue q"
-                " WHERE q.owner_did = sync_lanes.owner_did AND q.app = sync_lanes.app AND q.status = 'pending')",
-                (now,))
+    tombstones = queue.trim(now, keep, horizon)
+    forget_activity_before(horizon)
+    lanes.forget_idle(now)
     return {"cancelled": cancelled, "tombstones": tombstones}

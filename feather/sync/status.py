@@ -69,6 +69,10 @@ def remember_following(owner: str, result: dict, now: int) -> None:
                     (owner, row["app"], row["following"], int(complete), now))
 
 
+def forget_following(owner: str) -> None:
+    sql.execute("DELETE FROM sync_app_counts WHERE owner_did = ?", (owner,))
+
+
 def _listings(owner: str, now: int) -> dict[str, dict]:
     """The newest backfill listing of each app, with the preview's count when known."""
     expected = {r[0]: r[1:] for r in sql.rows("SELECT app, following, complete, measured_at FROM sync_app_counts"

@@ -1,4 +1,5 @@
-"""The sync set: one row per owner (its apps, on/off, pause, parking, backfill runs), and shard membership.
+"""The sync set: one row per owner (its apps, on/off, pause, parking, backfill runs), the activity
+log, and shard membership. The one module that writes sync_sets and sync_activity.
 
 Times are Unix seconds passed in by the caller (`now`), so every rule can be tested with a fake
 clock. Shard membership is computed in Python from a stable hash of the DID, so changing
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from feather import sql
 from feather.db import current_dialect
+from feather.sync import queue
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ def resume(owner: str, now: int) -> bool:
                       (now, now, owner))
     if not cur.rowcount:
         return False
-    sql.execute("UPDATE sync_queue SET not_before = 0 WHERE owner_did = ? AND status = 'pending'", (owner,))
+    queue.release_parked(owner)
     record_activity(owner, now, "", "resumed", None, 0, None)
     return True
 
@@ -95,6 +97,74 @@ def record_activity(owner: str, at: int, app: str, kind: str, subject: str | Non
                     detail: str | None) -> None:
     sql.execute("INSERT INTO sync_activity (owner_did, at, app, kind, subject, points, detail)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)", (owner, at, app, kind, subject, points, detail))
+
+
+def touch(owner: str, now: int) -> None:
+    """Write the set's row first in a transaction: the row lock serialises the owner's lanes on
+    PostgreSQL (SQLite serialises every writer anyway)."""
+    sql.execute("UPDATE sync_sets SET updated_at = ? WHERE owner_did = ?", (now, owner))
+
+
+def schedule_sweep(owner: str, at: int) -> None:
+    sql.execute("UPDATE sync_sets SET next_sweep_at = ? WHERE owner_did = ?", (at, owner))
+
+
+def sweep_everyone_now() -> None:
+    sql.execute("UPDATE sync_sets SET next_sweep_at = 0 WHERE enabled = 1")
+
+
+def clear_auth_failures(owner: str) -> None:
+    sql.execute("UPDATE sync_sets SET auth_failures = 0 WHERE owner_did = ? AND auth_failures > 0", (owner,))
+
+
+def count_auth_failure(owner: str) -> int:
+    """One more refusal of sync's credentials in a row; the streak so far."""
+    sql.execute("UPDATE sync_sets SET auth_failures = auth_failures + 1 WHERE owner_did = ?", (owner,))
+    return sql.scalar("SELECT auth_failures FROM sync_sets WHERE owner_did = ?", (owner,), default=0)
+
+
+# --- backfill runs (feather/sync/backfill.py runs them)
+def next_backfill_run(owner: str) -> None:
+    sql.execute("UPDATE sync_sets SET backfill_run = backfill_run + 1, backfill_total = 0 WHERE owner_did = ?",
+                (owner,))
+
+
+def set_backfill_total(owner: str, total: int) -> None:
+    sql.execute("UPDATE sync_sets SET backfill_total = ? WHERE owner_did = ?", (total, owner))
+
+
+def claim_union(owner: str, run: int) -> bool:
+    """Once per run, when all its listings are done: True for the one caller that may run the union."""
+    return bool(sql.execute(
+        "UPDATE sync_sets SET union_run = backfill_run WHERE owner_did = ? AND union_run < backfill_run"
+        " AND NOT EXISTS (SELECT 1 FROM sync_backfill_tasks t WHERE t.owner_did = ? AND t.run = ?"
+        " AND t.kind = 'backfill' AND t.status <> 'done')", (owner, owner, run)).rowcount)
+
+
+# --- the activity log (what sync did, and the points each write spent: feather/sync/pacer.py)
+def settle_sending(owner: str, app: str, kind: str | None, detail: str | None = None) -> None:
+    """Relabel the in-flight `sending` row as `kind` (its points kept), or drop it (kind None: a refund)."""
+    if kind is None:
+        sql.execute("DELETE FROM sync_activity WHERE owner_did = ? AND app = ? AND kind = 'sending'", (owner, app))
+    else:
+        sql.execute("UPDATE sync_activity SET kind = ?, detail = ? WHERE owner_did = ? AND app = ?"
+                    " AND kind = 'sending'", (kind, detail, owner, app))
+
+
+def interrupt_sending(owner: str, app: str) -> None:
+    """A `sending` row still there is a write a crash interrupted: it keeps its points."""
+    sql.execute("UPDATE sync_activity SET kind = 'interrupted' WHERE owner_did = ? AND app = ? AND kind = 'sending'",
+                (owner, app))
+
+
+def forget_activity_before(horizon: int) -> None:
+    sql.execute("DELETE FROM sync_activity WHERE at < ?", (horizon,))
+
+
+def forget_owner(owner: str) -> None:
+    """The owner's activity log, then the set itself (the tables hanging off it go first: personal.py)."""
+    sql.execute("DELETE FROM sync_activity WHERE owner_did = ?", (owner,))
+    sql.execute("DELETE FROM sync_sets WHERE owner_did = ?", (owner,))
 
 
 # --- shards
