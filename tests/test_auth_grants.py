@@ -221,7 +221,8 @@ def test_a_live_lease_makes_others_wait_then_read_the_new_token(app, store, monk
 
 def test_saving_a_new_grant_reactivates_the_account(store):
     store.save(grant())
-    store.mark_needs_reauth(DID, "gone")
+    db.execute_sql(store_q("UPDATE auth_grant SET status = 'needs_reauth', status_reason = 'gone' WHERE did = ?"),
+                   (DID,))
     store.save(grant(access="access-new"))
     assert (store.load(DID).status, store.load(DID).access) == ("active", "access-new")
 

@@ -114,10 +114,6 @@ class GrantStore:
     def delete(self, did: str) -> None:
         sql.execute("DELETE FROM auth_grant WHERE did = ?", (did,))
 
-    def mark_needs_reauth(self, did: str, reason: str) -> None:
-        sql.execute("UPDATE auth_grant SET status = 'needs_reauth', status_reason = ?, lease_owner = NULL,"
-                    " lease_until = NULL, updated_at = ? WHERE did = ?", (reason, int(self.clock()), did))
-
     def save_nonce(self, did: str, column: str, nonce: str) -> None:
         assert column in ("as_nonce", "pds_nonce")
         sql.execute(f"UPDATE auth_grant SET {column} = ? WHERE did = ?", (nonce, did))

@@ -1,7 +1,8 @@
 """The apps graph sync knows: follow and profile collections, verified from each app's lexicons.
 
 Sources: each app's published lexicons. Adding an app means a row here plus its key in
-lexicons/run/airglow/graphSync.json (apps.items.knownValues); a test fails until both agree.
+lexicons/run/airglow/graphSync.json (apps.items.knownValues); tests/test_sync_apps.py fails until
+both agree.
 
 Semble is the odd one: its follow subject may be a collection AT-URI (only `did:` subjects are
 synced), and it has no profile record of its own — it reads Bluesky profiles, so "can be followed
@@ -9,13 +10,10 @@ on Semble" is checked against app.bsky.actor.profile and is never watched live.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from feather.jetstream.subscriptions import collection_matches
 
-LEXICON = Path(__file__).resolve().parents[2] / "lexicons" / "run" / "airglow" / "graphSync.json"
 PROFILE_RKEY = "self"
 LIVE_RECHECK_DAYS = 7  # waits on apps whose profile creates we watch: the sweep is only a safety net
 SWEEP_RECHECK_DAYS = 2  # waits on apps we cannot watch live: the sweep is the only way out
@@ -89,8 +87,3 @@ def normalize_keys(keys, settings) -> list[str]:
             raise ValueError(f"{key!r} is not an app this instance syncs; choose from {', '.join(sorted(allowed))}")
         wanted.append(key)
     return [app.key for app in APPS if app.key in wanted]
-
-
-def lexicon_known_values(path: Path = LEXICON) -> list[str]:
-    doc = json.loads(path.read_text())
-    return list(doc["defs"]["main"]["record"]["properties"]["apps"]["items"]["knownValues"])
