@@ -74,7 +74,7 @@ def run(log: list, serve: str, workdir: str) -> tuple[float, int, int]:
     """(events/s, database bytes after the log, bytes of the same database empty)."""
     from feather import create_app, features
     from feather.db import db
-    from feather.feeds import schema
+    from feather.feeds.store import schema
     from feather.jetstream import store
     from feather.jetstream.subscriptions import merge
     from feather.migrate import upgrade

@@ -46,7 +46,7 @@ targets = ["post"]
 def build(workdir: Path, followers: int, hybrid: bool):
     from feather import create_app
     from feather.db import db
-    from feather.feeds import schema
+    from feather.feeds.store import schema
     from feather.migrate import upgrade
 
     cfg = workdir / ("hybrid.toml" if hybrid else "plain.toml")

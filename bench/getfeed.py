@@ -42,7 +42,7 @@ POST = "app.bsky.feed.post"
 def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
     from feather import create_app
     from feather.db import db
-    from feather.feeds import schema
+    from feather.feeds.store import schema
     from feather.migrate import upgrade
 
     path = workdir / "getfeed.db"
@@ -105,7 +105,7 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
     pages differed from Feather's."""
     from feather import create_app
     from feather.db import db
-    from feather.feeds import hybrid, query
+    from feather.feeds.read import hybrid, query
 
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
                       "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",

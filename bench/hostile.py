@@ -77,10 +77,10 @@ def cases(workdir: Path):
     from feather.atproto import syntax
     from feather.atproto.identity import IdentityResolver
     from feather.auth.service import _jwt_exp
-    from feather.feeds import cursor, query
+    from feather.feeds.read import cursor, query
     from feather.feeds.config import load
-    from feather.feeds.publish import check_text
-    from feather.feeds.service_auth import verify
+    from feather.feeds.web.publish import check_text
+    from feather.feeds.web.service_auth import verify
     from feather.jetstream.events import decode
     from feather.outbound import FetchResponse
     from feather.parsing import ascii_int, json_depth_ok, loads_limited

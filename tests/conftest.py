@@ -119,7 +119,7 @@ def _stop_backfills(apps) -> None:
     thread on that mutex, so the COMMIT never resumes. Let them finish (or end them) first."""
     import gevent
 
-    from feather.feeds import backfill
+    from feather.feeds.tasks import backfill
 
     for app in apps:
         backfill.join_all(app, timeout=10)

@@ -25,7 +25,7 @@ CONSTANT = "constant table, never written"
 ALLOWED = {
     # bounded
     "feather/atproto/cache.py::TtlCache._data": "bounded: the TtlCache itself (ttl and max_entries)",
-    "feather/feeds/budget.py::OutboundBudget._clients":
+    "feather/feeds/web/budget.py::OutboundBudget._clients":
         "bounded: max_clients, the least recently used client dropped first (a token bucket needs no ttl)",
     # keyed by configuration, or rebuilt from the database
     "feather/config.py::Settings._values": "keyed by setting names (the environment read at start)",
@@ -39,21 +39,21 @@ ALLOWED = {
     "feather/feeds/config.py::Collection.queryable": "keyed by the feeds configuration's parameters",
     "feather/features.py::Job.kwargs": "a scheduled job's arguments, written in the code (configuration)",
     "feather/process/supervisor.py::Piece.extra": "a piece's own facts (host, lag…), a fixed set of names",
-    "feather/feeds/admission.py::Admission.served":
+    "feather/feeds/ingest/admission.py::Admission.served":
         "replaced wholesale from the database: the actors this instance serves",
-    "feather/feeds/admission.py::Admission.followees":
+    "feather/feeds/ingest/admission.py::Admission.followees":
         "replaced wholesale from the database: whom the served actors follow",
     # short-lived: one per batch, request or verdict
     "feather/sync/handler.py::_Sets._cache": "one per batch: at most the batch's authors",
-    "feather/feeds/batch.py::Net.upserts": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.deletes": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.tombstones": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.targets": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.writers": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.resync": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.removed": "one per batch: at most the batch's records",
-    "feather/feeds/batch.py::Net.follows": "one per batch: at most the batch's follows",
-    "feather/feeds/batch.py::Net.unfollows": "one per batch: at most the batch's unfollows",
+    "feather/feeds/ingest/batch.py::Net.upserts": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.deletes": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.tombstones": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.targets": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.writers": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.resync": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.removed": "one per batch: at most the batch's records",
+    "feather/feeds/ingest/batch.py::Net.follows": "one per batch: at most the batch's follows",
+    "feather/feeds/ingest/batch.py::Net.unfollows": "one per batch: at most the batch's unfollows",
     "feather/errors.py::ApiError.headers": "one per error answer: the few headers it sets (Retry-After)",
     "feather/process/verdict.py::Verdict.streams": "one per /health or /admin answer, keyed by configured streams",
     "feather/process/verdict.py::Verdict.jobs": "one per /health or /admin answer, keyed by configured jobs",
@@ -76,8 +76,8 @@ ALLOWED = {
     "feather/errors.py::TITLES": CONSTANT,
     "feather/errors.py::_FRIENDLY": CONSTANT,
     "feather/errors.py::_SCRIPT": CONSTANT,
-    "feather/feeds/service_auth.py::_REFUSED_TYPES": CONSTANT,
-    "feather/feeds/service_auth.py::_ALG_CURVE": CONSTANT,
+    "feather/feeds/web/service_auth.py::_REFUSED_TYPES": CONSTANT,
+    "feather/feeds/web/service_auth.py::_ALG_CURVE": CONSTANT,
     "feather/feeds/config.py::_TOP_KEYS": CONSTANT,
     "feather/feeds/config.py::_COLLECTION_KEYS": CONSTANT,
     "feather/feeds/config.py::_QUERYABLE_KEYS": CONSTANT,

@@ -72,7 +72,7 @@ def skeleton(app, token, feed):
 
 
 def test_publish_then_read_as_a_viewer_then_unpublish(app, pds):
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
 
     alice, bob = pds.accounts["alice"], pds.accounts["bob"]
     feed_uri = f"at://{alice.did}/{GENERATOR}/timeline"
@@ -141,8 +141,8 @@ def test_a_token_claiming_another_account_is_refused_by_its_signature(app, pds):
 
 
 def test_a_pds_minted_token_verifies_with_the_key_from_the_plc_until_it_expires(app, pds):
-    from feather.feeds.service_auth import AuthError, verify
-    from feather.feeds.sources import sources_for
+    from feather.feeds.web.service_auth import AuthError, verify
+    from feather.feeds.read.sources import sources_for
 
     token = service_token(pds, "bob")
     with app.app_context():

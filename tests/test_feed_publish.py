@@ -8,7 +8,7 @@ import pytest
 
 from feather.auth import is_admin
 from feather.atproto.pds import ScopeMissing
-from feather.feeds.publish import PublishError, check_text, graphemes
+from feather.feeds.web.publish import PublishError, check_text, graphemes
 from tests.fixtures.feeds.feedkit import feeds_app, toml
 from tests.test_sync_views import csrf, sign_in
 
@@ -39,7 +39,7 @@ def world(make_app, tmp_path, monkeypatch):
     app = feeds_app(make_app, tmp_path, toml(), FEATHERREADER_PUBLIC_URL="https://feather.example.com",
                     FEATHERREADER_ADMIN_DIDS=[A])
     repo = FakeRepo()
-    monkeypatch.setattr("feather.feeds.publish_views.pds_client", lambda did: repo)
+    monkeypatch.setattr("feather.feeds.web.publish_views.pds_client", lambda did: repo)
     return app, app.test_client(), repo
 
 

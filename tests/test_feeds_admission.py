@@ -115,7 +115,7 @@ def test_an_unfollow_stops_admitting_the_author_after_the_rebuild(make_app, tmp_
 
 
 def test_a_new_follow_fetches_the_authors_newest_posts_into_the_feed(make_app, tmp_path):
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
 
     repo = [(f"p{i}", None, {"$type": POST, "text": f"p{i}", "createdAt": iso(BASE_US - i)}) for i in range(3)]
     sources = FakeSources(repos={(C, POST): repo, (C, PROFILE): [("self", "bafyp", {"displayName": "Cy"})]})
@@ -153,7 +153,7 @@ def test_readers_past_the_cap_are_refused(make_app, tmp_path):
 
 
 def test_fetching_a_followee_whose_posts_are_already_stored_copies_no_more_than_the_cap(make_app, tmp_path):
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
 
     # C is served too, so C's own posts were kept before A followed C. The cap is 2.
     app = feeds_app(make_app, tmp_path, f'actors = ["{A}", "{C}"]\n' + toml(max_items=2), sources=FakeSources(),
@@ -169,7 +169,7 @@ def test_fetching_a_followee_whose_posts_are_already_stored_copies_no_more_than_
 def test_a_new_followees_fetch_asks_for_no_more_than_the_feeds_cap(make_app, tmp_path):
     """followBackfill (100 here) is bounded by the target's cap (2): the fetch lists two posts,
     and reads the profile's `self` record."""
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
 
     app = feeds_app(make_app, tmp_path, toml(max_items=2), sources=FakeSources(), FEED_SERVE="signed-in")
     config = app.extensions["feeds"]
@@ -177,8 +177,8 @@ def test_a_new_followees_fetch_asks_for_no_more_than_the_feeds_cap(make_app, tmp
 
 
 def test_a_failing_author_fetch_backs_off_doubling_and_gives_up_at_the_fifth_try(make_app, tmp_path):
-    from feather.feeds import authors
-    from feather.feeds.sources import SourceError
+    from feather.feeds.tasks import authors
+    from feather.feeds.read.sources import SourceError
 
     class Down(FakeSources):
         def list_recent(self, did, collection, limit, deadline):
@@ -201,7 +201,7 @@ def test_a_failing_author_fetch_backs_off_doubling_and_gives_up_at_the_fifth_try
 
 
 def test_a_followed_authors_listing_is_stored_once_and_then_served_from_the_store_for_a_while(make_app, tmp_path):
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
 
     repo = [("p0", "bafyp0", {"$type": POST, "text": "p0", "createdAt": iso(BASE_US)})]
     sources = FakeSources(repos={(C, POST): repo})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import backfill
+from feather.feeds.tasks import backfill
 from tests.fixtures.feeds.fake_pds import FakePds
 from tests.fixtures.feeds.feedkit import BASE_US, FOLLOW, feed_uris, feeds_app, ingest, iso, join_backfills, post, rows, toml
 

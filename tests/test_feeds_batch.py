@@ -1,4 +1,4 @@
-"""Batch-level ingest SQL (feather/feeds/plan.py, batch.py) gives the per-event result.
+"""Batch-level ingest SQL (feather/feeds/ingest/plan.py, batch.py) gives the per-event result.
 
 The reference is the same batch with every step applied on its own statements in stream order
 (tests/fixtures/feeds/oracle.py: what ingest did before it was batched). Random batches over
@@ -14,7 +14,7 @@ import random
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import apply
+from feather.feeds.ingest import apply
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, PROFILE, FakeSources, create, delete, feeds_app, follow, iso, post, rows, toml,

@@ -16,7 +16,12 @@ import re
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import admission, authors, backfill, batch, fanout, hybrid, prune, storage
+from feather.feeds.tasks import authors, backfill
+from feather.feeds.ingest import batch, fanout
+from feather.feeds.read import hybrid
+from feather.feeds.tasks import prune
+from feather.feeds.store import served
+from feather.feeds.tasks import records_sweep as storage
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
 A, S = "did:plc:aaaa", "did:plc:ssss"
@@ -50,7 +55,7 @@ def statements(config):
         "hybrid union": ((hybrid.union_sql(config, feed, target), (A, target.nsid, "timeline", A)),
                          ["feed_items", follow_table, "fo", post_table, "p", "feed_heavy_authors", "h"]),
         # Admission and bounded storage (FEED_SERVE signed-in / readers).
-        "admission followees": ((admission.followees_sql(config, follow_table), (A,)), [follow_table, "f"]),
+        "admission followees": ((served.followees_sql(config, follow_table), (A,)), [follow_table, "f"]),
         "fetch queue": ((authors.pending_sql(), (5, 16)), ["feed_fetches"]),
         "fetch followers": ((authors.followers_sql(config, follow_table), (S,)), [follow_table, "r"]),
         "records sweep first page": (storage.authors_page_sql(post_table, None, 500), [post_table]),
@@ -74,7 +79,7 @@ def statements(config):
     }
 
 
-# Not listed: admission.SERVED_SQL reads feed_actors and auth_grant whole on purpose; it is the
+# Not listed: served.SERVED_SQL reads feed_actors and auth_grant whole on purpose; it is the
 # (capped) served set itself, loaded when it changes, not a statement over stored records.
 ORDERED_WALKS = {"sweep first page", "records sweep first page"}
 

@@ -161,7 +161,8 @@ def test_delete_then_recreate_in_one_batch_fans_out_the_new_record(app):
 
 def test_the_same_create_twice_in_one_batch_is_applied_once(app):
     from feather.db import db
-    from feather.feeds import apply, config_for
+    from feather.feeds import config_for
+    from feather.feeds.ingest import apply
 
     ingest(app, [follow(A, "f1", C)])
     with app.app_context(), db.connection_context(), db.atomic():
@@ -209,7 +210,7 @@ def test_a_create_after_the_delete_is_a_new_record_not_a_replay(app):
 def test_tombstones_far_behind_the_ingest_cursor_are_swept(app):
     """Exactly those more than the margin behind the cursor: a replay (5 s) never reaches them."""
     from feather.db import db
-    from feather.feeds.apply import TOMBSTONE_MARGIN_US, sweep_tombstones
+    from feather.feeds.tasks.tombstones import TOMBSTONE_MARGIN_US, sweep_tombstones
 
     cursor = BASE_US + TOMBSTONE_MARGIN_US + 100
     ingest(app, [post(C, "old", BASE_US + 1), post(C, "edge", BASE_US + 2), post(C, "new", BASE_US + 3)])

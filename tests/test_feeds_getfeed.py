@@ -198,7 +198,7 @@ def test_profiles_name_each_author_once_however_many_of_their_records_the_page_h
 def test_a_cursor_longer_than_the_limit_is_ignored_even_when_it_decodes():
     """Defence in depth (the XRPC routes already refuse URLs over 4096 bytes): the decoder never
     parses more than MAX_CURSOR_CHARS."""
-    from feather.feeds import cursor as cursors
+    from feather.feeds.read import cursor as cursors
 
     def of_length(n: int) -> str:
         for pad in range(n):

@@ -15,7 +15,7 @@ import pytest
 
 from feather import sql
 from feather.db import db
-from feather.feeds import prune
+from feather.feeds.tasks import prune
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, cid_of, create, delete, feeds_app, follow, ingest, iso, rows, unfollow
 
 POST, MIRROR = "app.bsky.feed.post", "com.example.mirror.post"

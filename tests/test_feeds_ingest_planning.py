@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from feather.db import current_dialect, db, index_planned
-from feather.feeds import apply, batch
+from feather.feeds.ingest import apply, batch
 from feather.jetstream.events import CommitEvent
 from tests.conftest import PG_URL
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml

@@ -49,7 +49,7 @@ def _app(make_app, tmp_path, pds, serve, actors=()):
 
 def test_a_new_follow_admits_the_author_and_backfills_their_posts_from_the_pds(make_app, tmp_path, pds_jetstream):
     from feather import features
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
     from feather.jetstream.events import decode
     from feather.jetstream.subscriptions import merge
 

@@ -5,7 +5,7 @@ import pytest
 
 from feather import sql
 from feather.db import db
-from feather.feeds import prune
+from feather.feeds.tasks import prune
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, feeds_app, follow, ingest, post, rows, toml
 
 POST = "app.bsky.feed.post"

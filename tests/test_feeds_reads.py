@@ -11,7 +11,7 @@ from feather.db import db
 from tests.fixtures.feeds.feedkit import (
     BASE_US, POST, PROFILE, FakeSources, feeds_app, follow, ingest, iso, join_backfills, post, rows, toml,
 )
-from feather.feeds.sources import SourceError
+from feather.feeds.read.sources import SourceError
 from feather.jetstream.events import IdentityEvent
 
 A, C, D = "did:plc:aaaa", "did:plc:cccc", "did:plc:dddd"
@@ -153,7 +153,7 @@ class _Unreachable(FakeSources):
 
 @pytest.mark.parametrize("hang", [False, True], ids=["refused", "blackholed"])
 def test_a_failed_lookup_is_asked_again_only_after_the_retry_interval(make_app, tmp_path, monkeypatch, hang):
-    from feather.feeds import identities
+    from feather.feeds.read import identities
 
     monkeypatch.setattr(identities, "LOOKUP_DEADLINE_S", 0.3)
     down = _Unreachable(hang)
@@ -170,7 +170,7 @@ def test_a_failed_lookup_is_asked_again_only_after_the_retry_interval(make_app, 
 
 
 def test_a_failed_recheck_keeps_the_handle_verified_before(make_app, tmp_path):
-    from feather.feeds import identities
+    from feather.feeds.read import identities
 
     sources = FakeSources(handles={"cy.test": C})
     app = feeds_app(make_app, tmp_path, toml(), sources=sources)

@@ -3,7 +3,7 @@ author's PDS, from a listing. A record past it is neither stored nor fanned out.
 from __future__ import annotations
 
 from feather.db import db
-from feather.feeds import records
+from feather.feeds.store import records
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, feed_uris, feeds_app, follow, ingest, post, rows, toml
 
 A, C = "did:plc:aaaa", "did:plc:cccc"
@@ -45,7 +45,8 @@ def test_an_oversized_update_leaves_the_stored_version(make_app, tmp_path):
 
 
 def test_a_followed_authors_fetched_records_past_the_cap_are_not_stored(make_app, tmp_path):
-    from feather.feeds import authors
+    from feather.feeds.store import bookkeeping
+    from feather.feeds.tasks import authors
 
     big = sized_post("big", BASE_US + 2, records.MAX_RECORD_BYTES + 1).record
     small = post(C, "small", BASE_US + 1).record
@@ -53,6 +54,6 @@ def test_a_followed_authors_fetched_records_past_the_cap_are_not_stored(make_app
     app = feeds_app(make_app, tmp_path, toml(), sources=sources, FEED_SERVE="signed-in")
     with app.app_context(), db.connection_context():
         with db.atomic():
-            authors.request([C])
+            bookkeeping.request([C])
         assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
     assert rows(app, "SELECT rkey FROM feed_records_post") == [("small",)]

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds import batch, fanout
+from feather.feeds.ingest import batch, fanout
 from feather.migrate import MIGRATIONS_DIR, discover, upgrade
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import BASE_US, POST, FakeSources, feeds_app, follow, ingest, post, rows, toml

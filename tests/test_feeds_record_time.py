@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from feather.atproto.syntax import InvalidSyntax, parse_datetime
-from feather.feeds import records
+from feather.feeds.store import records
 
 SOURCE_US = 1_900_000_000_000_000  # later than every valid claim below, so the claim is what shows
 

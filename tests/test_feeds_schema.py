@@ -98,7 +98,7 @@ def test_flask_db_upgrade_makes_the_tables_before_any_batch_or_request(make_app,
 
 def test_a_batch_runs_no_schema_check(app, monkeypatch):
     """The ingest batch trusts the start: no catalog read, no DDL, whatever it holds."""
-    from feather.feeds import schema
+    from feather.feeds.store import schema
 
     monkeypatch.setattr(schema, "ensure", lambda config: pytest.fail("a batch ran the schema check"))
     monkeypatch.setattr(features, "ensure_schema", lambda settings: pytest.fail("a batch ran the start hook"))

@@ -2,7 +2,7 @@
 
 Without it the ingest batch (rows by record) and the prune and records sweeps (rows by actor)
 deadlocked under a busy full index, and PostgreSQL aborted the batch every prune tick
-(feather/feeds/serial.py). Each test holds the lock from another connection, starts one writer,
+(feather/feeds/store/serial.py). Each test holds the lock from another connection, starts one writer,
 sees it wait for the lock with nothing of its work visible, releases the lock, and sees the work.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ def held_while(app, database_url, work, while_waiting):
     the lock, release, and return work()'s result."""
     import psycopg2
 
-    from feather.feeds.serial import LOCK_NAME
+    from feather.feeds.store.serial import LOCK_NAME
     from feather.locks import lock_key
 
     def run():
@@ -90,7 +90,7 @@ def test_an_ingest_batch_waits_for_the_lock_before_writing(app, database_url):
 
 
 def test_a_prune_slice_waits_for_the_lock(app, database_url):
-    from feather.feeds import prune
+    from feather.feeds.tasks import prune
 
     ingest(app, [follow(B, "f1", A)] + [post(A, f"p{i}", BASE_US + 10 + i) for i in range(5)])
     assert count(app, "SELECT count(*) FROM feed_items WHERE actor = ?", (B,)) == 5
@@ -103,16 +103,17 @@ def test_a_prune_slice_waits_for_the_lock(app, database_url):
 
 
 def test_a_tombstone_sweep_waits_for_the_lock(app, database_url):
-    from feather.feeds import apply, records
+    from feather.feeds.tasks import tombstones
+    from feather.feeds.store import records
     from feather.jetstream import store
 
     with app.app_context(), db.connection_context(), db.atomic():
         records.bury_many({f"at://{A}/{POST}/gone": BASE_US})
-        store.save_cursor("global", store.Cursor(BASE_US + apply.TOMBSTONE_MARGIN_US + 1))
+        store.save_cursor("global", store.Cursor(BASE_US + tombstones.TOMBSTONE_MARGIN_US + 1))
 
     def unchanged():
         assert count(app, "SELECT count(*) FROM feed_tombstones") == 1
-    assert held_while(app, database_url, apply.sweep_tombstones, unchanged) == 1
+    assert held_while(app, database_url, tombstones.sweep_tombstones, unchanged) == 1
     assert count(app, "SELECT count(*) FROM feed_tombstones") == 0
 
 
@@ -128,7 +129,7 @@ def test_delete_my_data_waits_for_the_lock(app, database_url):
 
 
 def test_a_first_read_backfill_waits_for_the_lock_for_its_follows_and_its_bootstrap(app, database_url, sources):
-    from feather.feeds import backfill
+    from feather.feeds.tasks import backfill
 
     ingest(app, [post(A, "p1", BASE_US + 10)])
     sources.follows[C] = [("f1", "bafyf1", {"$type": "app.bsky.graph.follow", "subject": A,
@@ -143,7 +144,8 @@ def test_a_first_read_backfill_waits_for_the_lock_for_its_follows_and_its_bootst
 
 
 def test_a_backfill_with_nothing_to_list_still_waits_for_the_lock_before_its_bootstrap(app, database_url):
-    from feather.feeds import backfill, records
+    from feather.feeds.tasks import backfill
+    from feather.feeds.store import records
 
     ingest(app, [post(A, "p1", BASE_US + 10)])
     config = app.extensions["feeds"]
@@ -158,12 +160,13 @@ def test_a_backfill_with_nothing_to_list_still_waits_for_the_lock_before_its_boo
 
 
 def test_an_author_fetch_waits_for_the_lock(app, database_url, sources):
-    from feather.feeds import authors
+    from feather.feeds.store import bookkeeping
+    from feather.feeds.tasks import authors
 
     record = {"$type": POST, "text": "from the PDS", "createdAt": iso(BASE_US)}
     sources.repos[(A, POST)] = [("p9", "bafyp9", record)]
     with app.app_context(), db.connection_context(), db.atomic():
-        authors.request([A])
+        bookkeeping.request([A])
 
     def unchanged():
         assert count(app, "SELECT count(*) FROM feed_records_post") == 0
@@ -172,7 +175,7 @@ def test_an_author_fetch_waits_for_the_lock(app, database_url, sources):
 
 
 def test_a_listing_backfill_waits_for_the_lock(app, database_url, sources):
-    from feather.feeds import authors
+    from feather.feeds.tasks import authors
 
     record = {"$type": POST, "text": "listed", "createdAt": iso(BASE_US)}
     sources.repos[(A, POST)] = [("p8", "bafyp8", record)]
@@ -186,7 +189,7 @@ def test_a_listing_backfill_waits_for_the_lock(app, database_url, sources):
 
 
 def test_a_profile_lookup_waits_for_the_lock_before_storing_the_profile(app, database_url, sources):
-    from feather.feeds import identities
+    from feather.feeds.read import identities
 
     sources.handles["ada.test"] = A
     sources.repos[(A, PROFILE)] = [("self", "bafyprof", {"$type": PROFILE, "displayName": "Ada"})]
@@ -199,7 +202,7 @@ def test_a_profile_lookup_waits_for_the_lock_before_storing_the_profile(app, dat
 
 
 def test_a_records_sweep_slice_waits_for_the_lock(app, database_url):
-    from feather.feeds import storage
+    from feather.feeds.tasks import records_sweep as storage
 
     ingest(app, [post(A, "p1", BASE_US + 10)])  # stored under `all`; nobody served follows A
 
@@ -215,7 +218,7 @@ def test_a_schema_check_with_every_table_in_place_takes_no_table_lock(app, datab
     SHARE lock even when the index exists: against a batch writing that table, a deadlock."""
     import psycopg2
 
-    from feather.feeds import schema
+    from feather.feeds.store import schema
 
     writer = psycopg2.connect(database_url)  # an open batch that has written a post
     try:
@@ -231,7 +234,7 @@ def test_a_schema_check_with_every_table_in_place_takes_no_table_lock(app, datab
 
 
 def test_a_schema_repair_waits_for_the_lock_before_its_ddl(app, database_url):
-    from feather.feeds import schema
+    from feather.feeds.store import schema
 
     index = "feed_records_post_did_time"
     with app.app_context(), db.connection_context():

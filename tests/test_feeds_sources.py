@@ -1,4 +1,4 @@
-"""The production feeds sources (feather.feeds.sources.AtprotoSources) against a scripted PDS."""
+"""The production feeds sources (feather.feeds.read.sources.AtprotoSources) against a scripted PDS."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 
 from feather.atproto.identity import IdentityResolver
-from feather.feeds.sources import AtprotoSources, SourceError
+from feather.feeds.read.sources import AtprotoSources, SourceError
 from tests.support.oauth_fakes import FakeServer
 from tests.test_identity import FakeDns, FakeHttp
 

@@ -21,7 +21,7 @@ def ingest(app, events):
 
 
 def tick(app, now_ms=10**13):
-    from feather.feeds.prune import prune_tick
+    from feather.feeds.tasks.prune import prune_tick
 
     with app.app_context(), db.connection_context():
         return prune_tick(app.extensions["feeds"], app.config["FEATHER"], now_ms=now_ms)
@@ -29,7 +29,7 @@ def tick(app, now_ms=10**13):
 
 def plant_post(app, did, rkey, at_us):
     """A record stored before admission existed (or under FEED_SERVE=all)."""
-    from feather.feeds import records
+    from feather.feeds.store import records
 
     config = app.extensions["feeds"]
     with app.app_context(), db.connection_context(), db.atomic():
@@ -84,10 +84,10 @@ def test_all_keeps_everything(make_app, tmp_path):
 
 
 def test_a_slice_visits_at_most_the_budget_and_the_next_resumes_across_tables(make_app, tmp_path):
-    from feather.feeds import storage
+    from feather.feeds.tasks import records_sweep as storage
 
     app = served_app(make_app, tmp_path)
-    from feather.feeds import records
+    from feather.feeds.store import records
 
     for did in (B, C, D):
         plant_post(app, did, "x", BASE_US)

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from feather.db import db
-from feather.feeds import apply
+from feather.feeds.ingest import apply
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, FakeSources, create, delete, feed_uris, feeds_app, follow, ingest, iso, post, rows,
     unfollow,

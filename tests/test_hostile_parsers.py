@@ -21,8 +21,10 @@ from requests.structures import CaseInsensitiveDict
 
 from feather.atproto import syntax
 from feather.atproto.identity import DidDocument, UnresolvableDid
-from feather.feeds import cursor as cursors, generator, query
-from feather.feeds.service_auth import AuthError, verify
+from feather.feeds.read import cursor as cursors
+from feather.feeds.web import generator
+from feather.feeds.read import query
+from feather.feeds.web.service_auth import AuthError, verify
 from feather.jetstream.events import DecodeError, decode
 from feather.outbound import FetchResponse
 from feather.parsing import MAX_JSON_DEPTH, JsonTooDeep, ascii_int, json_depth_ok, loads_limited
@@ -179,7 +181,7 @@ def test_a_signed_token_is_accepted_exactly_when_its_times_are_whole_numbers_in_
         _, rest = token.split(".", 1)
         token = b64(json.dumps({"typ": "JWT", "alg": alg}).encode()) + "." + rest
     whole = type(exp) is int and type(iat) is int and (nbf is None or type(nbf) is int)
-    # The documented checks (feather/feeds/service_auth.py), with the 30 s skew and the hour's lifetime.
+    # The documented checks (feather/feeds/web/service_auth.py), with the 30 s skew and the hour's lifetime.
     valid = whole and exp + 30 >= NOW >= iat - 30 and (nbf is None or nbf <= NOW + 30) \
         and exp - iat <= 3600 and exp - NOW <= 3630
     try:
@@ -492,7 +494,7 @@ def test_a_megabyte_integer_is_none_within_the_bound(raw):
 @example([",,bluesky, ,"], "\u200d" * 3, "\u0301" * 10)
 def test_form_fields_parse_or_raise_their_own_error(apps, name, description):
     from feather.config import load_settings
-    from feather.feeds.publish import PublishError, check_text
+    from feather.feeds.web.publish import PublishError, check_text
     from feather.sync.api import parse_apps
     from feather.sync.apps import normalize_keys
 
@@ -522,7 +524,7 @@ def test_a_next_field_is_a_same_site_path_or_home(password_app, value):
 @pytest.mark.parametrize("name", ["apps", "next", "display name"])
 def test_a_megabyte_form_field_is_answered_within_the_bound(password_app, name):
     from feather.auth.views import safe_next
-    from feather.feeds.publish import PublishError, check_text
+    from feather.feeds.web.publish import PublishError, check_text
     from feather.sync.api import parse_apps
 
     if name == "apps":

@@ -16,7 +16,7 @@ def seed_everything(app, did=ALICE, handle="alice.test"):
     """One row of every kind a feature keeps about `did`: a timeline, a sync set with its mirror, queue,
     waiting list and activity, catalogue rows and the attribution choice."""
     from feather.db import current_dialect
-    from feather.feeds.admission import serve
+    from feather.feeds.store.served import serve
     from feather.network import store as net
     from feather.sync import queue, store as sync
 

@@ -88,8 +88,8 @@ def test_signed_out_home_explains_the_features_and_leads_to_sign_in_sync_and_the
 def test_signed_in_home_is_a_dashboard_of_timeline_sync_and_catalogue(world):
     from feather.db import current_dialect, db
     from feather.feeds import config_for
-    from feather.feeds.records import store
-    from feather.feeds.schema import ensure
+    from feather.feeds.store.records import store
+    from feather.feeds.store.schema import ensure
 
     app, client, _ = world
     sign_in(app, client)
@@ -216,8 +216,8 @@ def test_an_expired_attribution_form_changes_nothing(make_app):
 def test_home_shows_the_five_newest_timeline_entries_each_cut_at_280_characters(world):
     from feather.db import current_dialect, db
     from feather.feeds import config_for
-    from feather.feeds.records import store
-    from feather.feeds.schema import ensure
+    from feather.feeds.store.records import store
+    from feather.feeds.store.schema import ensure
 
     app, client, _ = world
     sign_in(app, client)
@@ -240,8 +240,8 @@ def test_home_shows_the_five_newest_timeline_entries_each_cut_at_280_characters(
 def test_the_home_timeline_panel_names_authors_as_the_timeline_page_does(world):
     from feather.db import current_dialect, db
     from feather.feeds import config_for
-    from feather.feeds.records import store
-    from feather.feeds.schema import ensure
+    from feather.feeds.store.records import store
+    from feather.feeds.store.schema import ensure
 
     app, client, _ = world
     sign_in(app, client)

@@ -1,7 +1,7 @@
 """Anonymous reads cannot make the instance do unbounded outbound work, and the budget that bounds
 it never refuses a read the store can answer.
 
-These run the production sources (feather.feeds.sources.AtprotoSources) over an identity resolver
+These run the production sources (feather.feeds.read.sources.AtprotoSources) over an identity resolver
 whose HTTP client and DNS only record what they were asked: every recorded call is one outbound
 lookup a stranger made this instance perform."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from feather.atproto.identity import IdentityResolver
-from feather.feeds.budget import OVER_BUDGET, OutboundBudget
+from feather.feeds.web.budget import OVER_BUDGET, OutboundBudget
 from tests.fixtures.feeds.feedkit import feeds_app, join_backfills, rows, toml
 from tests.test_feeds_auth import LXM, P256, SERVICE, mint
 from tests.test_identity import FakeDns, FakeHttp
@@ -84,7 +84,7 @@ def test_paging_a_timeline_whose_backfill_failed_does_not_claim_it_again_on_ever
 
 
 def test_a_failed_backfill_is_claimed_again_after_its_backoff(app):
-    from feather.feeds import backfill
+    from feather.feeds.tasks import backfill
 
     http, _ = wire(app)
     read(app, "did:plc:reader")
@@ -107,7 +107,7 @@ def test_a_failed_backfill_is_claimed_again_after_its_backoff(app):
 
 
 def test_backfill_backoff_doubles_per_failure_up_to_the_stale_limit():
-    from feather.feeds.backfill import wait_ms
+    from feather.feeds.tasks.backfill import wait_ms
 
     assert [wait_ms(n) for n in range(6)] == [300_000, 60_000, 120_000, 240_000, 300_000, 300_000]
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from feather.feeds.service_auth import AuthError, verify
+from feather.feeds.web.service_auth import AuthError, verify
 from tests.test_feeds_auth import K256, LXM, P256, SERVICE, A, b64, mint
 
 NOW = 1_800_000_000
@@ -101,7 +101,7 @@ def test_the_lifetime_check_holds_through_getfeed(make_app, tmp_path):
 
 
 def test_expiry_is_forgiven_for_exactly_the_clock_skew():
-    from feather.feeds.service_auth import CLOCK_SKEW_SECS
+    from feather.feeds.web.service_auth import CLOCK_SKEW_SECS
 
     exp = NOW - CLOCK_SKEW_SECS
     assert check(mint(P256, iat=exp - 60, exp=exp)) == A

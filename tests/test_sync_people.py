@@ -155,8 +155,8 @@ def hold(did: str, handle: str | None = None, display=None, handle_checked_us: i
 
     from feather.db import current_dialect, db
     from feather.feeds import config_for
-    from feather.feeds.records import store
-    from feather.feeds.schema import ensure
+    from feather.feeds.store.records import store
+    from feather.feeds.store.schema import ensure
 
     config = config_for(current_app.config["FEATHER"])
     ensure(config)

@@ -1,7 +1,7 @@
 """What the timeline page makes of a record: escaped text, facets as safe links, embeds in words."""
 from __future__ import annotations
 
-from feather.feeds.render import Embed, ago, embeds, exact, rich_text
+from feather.feeds.read.render import Embed, ago, embeds, exact, rich_text
 
 FACET = "app.bsky.richtext.facet"
 POST_URL = "https://bsky.app/profile/did:plc:bbbb/post/3kabc"

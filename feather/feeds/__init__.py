@@ -1,16 +1,35 @@
 """Feeds: fan-out-on-write timelines (docs/design.md, "Timelines").
 
 Feature hooks (feather/features.py): init_app registers the XRPC blueprint, the timeline page,
-the Bluesky feed generator and its publishing page (web.py, generator.py, publish_views.py), subscriptions
-joins the shared "global" stream with the configured collections (filtered by FEED_SERVE, see
-admission.py), jobs adds the prune tick (with the records sweep), the tombstone sweep and the
-author fetches.
+the Bluesky feed generator and its publishing page (web/), ensure_schema makes the records tables
+when a process starts (store/schema.py), subscriptions joins the shared "global" stream with the
+configured collections (filtered by FEED_SERVE, see ingest/admission.py), jobs adds the prune
+tick (with the records sweep), the tombstone sweep and the author fetches (tasks/).
+
+The sub-packages are layered (.importlinter, feeds-layers): web, then tasks, then ingest and read
+(which never import each other), then store, then the config.
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
-from feather.feeds.config import FeedsConfig, load
+from flask import current_app
+
+from feather.auth.service import declare_scopes
+from feather.config import ConfigError
+from feather.features import Job
+from feather.feeds import personal
+from feather.feeds.config import FeedsConfig, FeedsConfigError, load
+from feather.feeds.ingest.apply import handler
+from feather.feeds.store import schema
+from feather.feeds.tasks.authors import FETCH_TICK_SECS, fetch_tick
+from feather.feeds.tasks.backfill import on_sign_in
+from feather.feeds.tasks.prune import prune_tick
+from feather.feeds.tasks.tombstones import sweep_tombstones
+from feather.feeds.web import generator, publish, publish_views, timeline_page
+from feather.feeds.web.xrpc import make_blueprint
+from feather.jetstream.subscriptions import Handler, Subscription
 
 PRUNE_TICK_SECS = 10.0  # Contrail's persistent-loop FEED_SWEEP_INTERVAL_MS
 TOMBSTONE_SWEEP_SECS = 60.0
@@ -23,8 +42,6 @@ def _load_cached(path: str, mtime: float) -> FeedsConfig:
 
 def config_for(settings) -> FeedsConfig:
     """The parsed feeds config for these settings (validated; cached per file version)."""
-    import os
-
     path = settings.featherreader_config or ""
     mtime = os.stat(path).st_mtime if path and os.path.exists(path) else 0.0
     return _load_cached(path, mtime)
@@ -34,18 +51,12 @@ def ensure_schema(settings) -> None:
     """The feature's start hook (feather/features.py, run by feather/process/runtime.py after the
     migrations, with a connection open): the records tables this config names, created before any
     batch, request or job of this process needs them."""
-    from feather.feeds import schema
-
     config = config_for(settings)
     if config.collections:
         schema.ensure(config)
 
 
 def init_app(app) -> None:
-    from feather.config import ConfigError
-    from feather.feeds.config import FeedsConfigError
-    from feather.feeds.xrpc import make_blueprint
-
     settings = app.config["FEATHER"]
     try:
         config = config_for(settings)
@@ -57,32 +68,22 @@ def init_app(app) -> None:
     app.extensions["feeds"] = config
     app.register_blueprint(make_blueprint(config))
     _init_pages(app, settings)
-    from feather.feeds import personal
-
     personal.register(app, config)
     if settings.feed_serve != "all" and config.feeds:
-        from feather.feeds.admission import on_sign_in
-
         target = app  # the hook is called with the DID only; it needs this app
         app.extensions.setdefault("sign_in_hooks", []).append(lambda did: on_sign_in(target, did))
 
 
 def _init_pages(app, settings) -> None:
     """The timeline page, the Bluesky feed generator and publishing (issue 16)."""
-    from feather.auth.service import declare_scopes
-    from feather.feeds import generator, publish, publish_views, web
-
     declare_scopes(publish.REPO_SCOPE)  # the client metadata must list every scope we may ask for
-    app.register_blueprint(web.bp)
+    app.register_blueprint(timeline_page.bp)
     app.register_blueprint(publish_views.bp)
     app.cli.add_command(publish_views.feeds_cli)
     generator.init_app(app, settings)
 
 
 def subscriptions(settings) -> list:
-    from feather.feeds.apply import handler
-    from feather.jetstream.subscriptions import Handler, Subscription
-
     config = config_for(settings)
     if not config.collections:
         return []
@@ -93,10 +94,6 @@ def subscriptions(settings) -> list:
 
 
 def jobs(settings) -> list:
-    from feather.feeds.apply import sweep_tombstones
-    from feather.feeds.prune import prune_tick
-    from feather.features import Job
-
     config = config_for(settings)
     out = [Job("feeds-tombstones", sweep_tombstones, TOMBSTONE_SWEEP_SECS, jitter=5.0,
                first_run_delay=TOMBSTONE_SWEEP_SECS)] if config.collections else []
@@ -105,11 +102,7 @@ def jobs(settings) -> list:
     out.append(Job("feeds-prune", lambda: prune_tick(config, settings), PRUNE_TICK_SECS, jitter=1.0,
                    first_run_delay=PRUNE_TICK_SECS))
     if settings.feed_serve != "all":
-        from feather.feeds.authors import FETCH_TICK_SECS, fetch_tick
-
         def fetch() -> None:
-            from flask import current_app
-
             fetch_tick(current_app._get_current_object(), config)
         out.append(Job("feeds-fetch", fetch, FETCH_TICK_SECS, jitter=0.5, first_run_delay=FETCH_TICK_SECS))
     return out

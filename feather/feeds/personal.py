@@ -4,15 +4,21 @@ the names the timelines hold, offered to other features (feather/features.py add
 What is about the person: that their timeline is kept here (feed_actors), the timeline itself
 (feed_items: which posts, not the posts), and its backfill bookkeeping. The posts belong to their
 authors and stay while someone else served follows them; the person's own public follow records
-go with the next records sweep, once they are no longer served (storage.py).
+go with the next records sweep, once they are no longer served (tasks/records_sweep.py).
 """
 from __future__ import annotations
 
 import json
 import time
 
+from flask import current_app
+
 from feather import sql
-from feather.feeds import serial
+from feather.features import add_people_source
+from feather.feeds.read.timeline import _display_names
+from feather.feeds.store import serial, served
+from feather.feeds.store.records import _uri_in, load_many
+from feather.personal import Holding, register as add, register_panel
 
 HOME_ENTRIES = 5
 
@@ -42,8 +48,6 @@ def export(did: str) -> dict:
 
 
 def delete(did: str) -> None:
-    from feather.feeds.admission import bump
-
     serial.lock_writes()
     sql.execute("DELETE FROM feed_items WHERE actor = ?", (did,))
     sql.execute("DELETE FROM feed_backfills WHERE actor = ?", (did,))
@@ -51,14 +55,12 @@ def delete(did: str) -> None:
     # themselves are in their own repo, theirs to delete).
     sql.execute("DELETE FROM feed_generators WHERE publisher_did = ?", (did,))
     if sql.execute("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount:
-        bump()  # the ingesting process rebuilds its filter: this actor is no longer served
+        served.bump()  # the ingesting process rebuilds its filter: this actor is no longer served
 
 
 def newest(config, did: str, limit: int = HOME_ENTRIES) -> list[dict]:
     """The newest timeline entries with their text and who wrote them (`name`, `handle`: what
     the store holds, as on /timeline), for the home page (no network call)."""
-    from feather.feeds.records import load_many
-
     found = [{"uri": u, "collection": c, "time_us": t, "author": u.split("/")[2], "text": None} for u, c, t in sql.execute(
                                                                                                                            "SELECT uri, collection, time_us FROM feed_items WHERE actor = ? ORDER BY time_us DESC LIMIT ?",
                                                                                                                            (did, limit))]
@@ -84,9 +86,6 @@ def people(config, dids: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """{did: (verified handle or None, display name or None)} for those of dids the store can name:
     the handle feed_identities holds (unless an identity event has made it unverified since) and the
     display name of the stored profile record, as /timeline shows them. Database reads only."""
-    from feather.feeds.records import _uri_in
-    from feather.feeds.timeline import _display_names
-
     dids = list(dict.fromkeys(d for d in dids if d))
     if not dids:
         return {}
@@ -98,9 +97,6 @@ def people(config, dids: list[str]) -> dict[str, tuple[str | None, str | None]]:
 
 
 def register(app, config) -> None:
-    from feather.features import add_people_source
-    from feather.personal import Holding, register as add, register_panel
-
     add(app, Holding("timelines", "Timelines", describe, export, delete, order=10))
     # Other features (graph sync's pages) name people by what the timelines already hold.
     add_people_source(app, lambda dids: people(config, dids))
@@ -108,8 +104,6 @@ def register(app, config) -> None:
         return
 
     def panel(account):
-        from flask import current_app
-
         page = "timeline.page" if "timeline.page" in current_app.view_functions else None
         return "feeds/_home.html", {"entries": newest(config, account.did), "page": page}
     register_panel(app, panel, order=10)

@@ -11,7 +11,7 @@ import os
 import time
 
 from feather.db import current_dialect, db
-from feather.feeds.records import chunks
+from feather.feeds.store.records import chunks
 from feather.jetstream.subscriptions import Handler, Subscription
 
 COLLECTIONS = ["app.bsky.feed.post", "app.bsky.graph.follow", "app.bsky.feed.like"]

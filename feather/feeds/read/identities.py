@@ -1,4 +1,5 @@
-"""`profiles=true`: verified handles and profile records for the authors a read returns.
+"""`profiles=true`: verified handles and profile records for the authors a read returns, all of
+the feeds' profile handling in one module (the records store's profile entries, profiles()).
 
 A handle is only shown once it verifies both ways (DID document → handle → the same DID); it is
 kept in feed_identities for HANDLE_TTL_US and forgotten early when the stream says the DID's
@@ -20,9 +21,10 @@ from gevent.pool import Pool
 
 from feather import sql
 from feather.db import db
-from feather.feeds import records, serial
 from feather.feeds.config import FeedsConfig
-from feather.feeds.sources import SourceError, sources_for
+from feather.feeds.read import query
+from feather.feeds.read.sources import SourceError, sources_for
+from feather.feeds.store import records, serial
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +35,6 @@ LOOKUP_CONCURRENCY = 5
 LOOKUP_DEADLINE_S = 3.0
 LOOKUP_RETRY_US = 600_000_000
 FAILED = object()  # a lookup's result when it failed or did not finish in time
-
-
-def forget_handles(dids) -> None:
-    """An identity event: the handle may have changed, so the next read re-verifies it."""
-    for chunk in records.chunks(sorted(set(dids)), 1):  # one statement for a batch's identity events
-        sql.execute(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})",
-                    chunk)
 
 
 def _known(dids: list[str]) -> dict[str, tuple]:
@@ -145,7 +140,27 @@ def _save(profile_colls, results: dict, known: dict, now: int) -> None:
 
 
 def profiles_for(app, config: FeedsConfig, dids: list[str]) -> list[dict]:
-    from feather.feeds import query
-
+    """`profiles=true`: the entries below, with the handles hydrate verified (or fetched)."""
     handles = hydrate(app, config, dids)
-    return query.profiles(config, dids, handle_of=handles.get)
+    return profiles(config, dids, handle_of=handles.get)
+
+
+def profiles(config: FeedsConfig, dids: list[str], handle_of=None) -> list[dict]:
+    """One entry per (DID × configured profile NSID) from the records store; `{did, handle}` if none."""
+    out, seen = [], set()
+    for did in dids:
+        if did in seen:
+            continue
+        seen.add(did)
+        handle = handle_of(did) if handle_of else None
+        found = False
+        for nsid in config.profiles:
+            c = config.by_nsid(nsid)
+            rec = query.get_record(c, f"at://{did}/{nsid}/self") if c else None
+            if rec:
+                found = True
+                out.append({"did": did, "handle": handle, "uri": rec["uri"], "cid": rec["cid"],
+                            "collection": nsid, "rkey": rec["rkey"], "value": rec["value"]})
+        if not found:
+            out.append({"did": did, "handle": handle})
+    return out

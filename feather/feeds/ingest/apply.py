@@ -6,19 +6,19 @@ rule). A batch is decided in memory first (plan.py), then written with a fixed n
 set-based statements (batch.py); the steps whose result depends on stream order are written
 the same way, run by run in stream order (the per-event reference the tests compare this with
 is tests/fixtures/feeds/oracle.py). When the batch applied a feed-mutating record it
-sets the prune flag in the same transaction; the prune job reads it (see prune.py for why a
-flag and not a direct sweep).
+sets the prune flag in the same transaction; the prune job reads it (see tasks/prune.py for why
+a flag and not a direct sweep).
 """
 from __future__ import annotations
 
 import logging
 
 from feather import sql
-from feather.db import db, index_planned
-from feather.feeds import admission as admission_db
-from feather.feeds import authors, batch, identities, plan, records, serial
-from feather.feeds.admission import Admission
+from feather.db import index_planned
 from feather.feeds.config import FeedsConfig
+from feather.feeds.ingest import batch, plan
+from feather.feeds.ingest.admission import Admission
+from feather.feeds.store import bookkeeping, serial, served
 from feather.jetstream.events import CommitEvent, IdentityEvent
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,6 @@ def apply_commits(config: FeedsConfig, commits: list[CommitEvent]) -> plan.Plan:
     for run in plan.segments(p.ordered):
         batch.write(config, run, now)
     return p
-
-
-def mark_dirty() -> None:
-    """One primary-key write, and only on the 0 → 1 edge, so busy batches do not churn the row."""
-    sql.execute("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
 
 
 def apply_batch(config: FeedsConfig, events, admission: Admission | None = None) -> int:
@@ -62,7 +57,7 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
     commits = [event for event in events if isinstance(event, CommitEvent)]
     renamed = [event.did for event in events if isinstance(event, IdentityEvent)]
     if renamed:
-        identities.forget_handles(renamed)
+        bookkeeping.forget_handles(renamed)
     changed = 0
     mutating = follows_changed = False
     followed: set[str] = set()
@@ -74,28 +69,13 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
             if step.event.operation == "create" and step.subject_after:
                 followed.add(step.subject_after)
     if mutating:
-        mark_dirty()
+        bookkeeping.mark_dirty()
     if admission is not None and follows_changed:
         # Other processes (and this one after a takeover) rebuild from the database; the new
-        # followees' past records come from their PDS (authors.fetch_tick).
-        admission_db.bump()
-        authors.request(followed)
+        # followees' past records come from their PDS (tasks/authors.py fetch_tick).
+        served.bump()
+        bookkeeping.request(followed)
     return changed
-
-
-TOMBSTONE_MARGIN_US = 600_000_000  # far behind any replay: a reconnect resumes 5 s before the cursor
-
-
-def sweep_tombstones() -> int:
-    """Tombstones older than the ingest cursor (minus a margin) can never meet a replay again."""
-    from feather.jetstream import store
-
-    cursor = store.load_cursor("global")
-    if cursor is None:
-        return 0
-    with db.atomic():
-        serial.lock_writes()
-        return records.sweep_tombstones(cursor.time_us - TOMBSTONE_MARGIN_US)
 
 
 def handler(config: FeedsConfig, settings=None):

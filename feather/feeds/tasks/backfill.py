@@ -21,15 +21,16 @@ import gevent
 
 from feather import sql
 from feather.db import db
-from feather.feeds import prune, records, serial
+from feather.atproto.syntax import is_valid_did
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.schema import subject_expr
-from feather.feeds.sources import SourceError, sources_for
+from feather.feeds.read.sources import SourceError, sources_for
+from feather.feeds.store import bookkeeping, records, serial, served
+from feather.feeds.store.schema import subject_expr
+from feather.feeds.tasks import prune
 
 log = logging.getLogger(__name__)
 
 BACKFILL_TIMEOUT_S = 30.0
-BACKFILL_MAX_RETRIES = 3  # failures after which the timeline page says the listing keeps failing
 BACKFILL_STALE_MS = 5 * 60 * 1000
 # Longer than BACKFILL_TIMEOUT_S, so an attempt still running is never taken for a finished one.
 RETRY_BASE_MS = 60 * 1000
@@ -96,6 +97,18 @@ def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
     running = [g for g in app.extensions.get(_GREENLETS, []) if not g.dead]
     app.extensions[_GREENLETS] = running + [greenlet]
     return greenlet
+
+
+def on_sign_in(app, did: str) -> None:
+    """A sign-in hook: serve the account and start filling its timelines now, not at first read."""
+    settings = app.config["FEATHER"]
+    config = app.extensions.get("feeds")
+    if config is None or settings.feed_serve == served.ALL or not is_valid_did(did):
+        return
+    with db.atomic():
+        served.serve(did, "signed-in")
+    for feed in config.feeds.values():
+        maybe_start(app, config, feed, did)
 
 
 def join_all(app, timeout: float = 30.0) -> None:
@@ -171,11 +184,9 @@ def _store(follow, actor: str, items: list) -> int:
 def admit_followees(config: FeedsConfig, feed: Feed, actor: str) -> int:
     """Under admission the store holds nothing yet of the people a new actor follows: queue them
     for a fetch from their PDS and tell the ingesting process to start admitting them."""
-    from feather.feeds import admission, authors
-
     rows = sql.rows(followees_sql(config, feed), (actor,))
-    queued = authors.request(row[0] for row in rows if isinstance(row[0], str) and row[0].startswith("did:"))
-    admission.bump()
+    queued = bookkeeping.request(row[0] for row in rows if isinstance(row[0], str) and row[0].startswith("did:"))
+    served.bump()
     return queued
 
 

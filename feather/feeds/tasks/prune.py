@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from feather import sql
 from feather.db import db
-from feather.feeds import serial
 from feather.feeds.config import FeedsConfig
+from feather.feeds.store import serial, served
+from feather.feeds.tasks import records_sweep
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +64,11 @@ def prune_actor(actor: str, caps: dict[str, int]) -> int:
     return deleted
 
 
-def sweep(caps: dict[str, int], cursor: str | None, budget: int, served: set[str] | None = None) -> SweepResult:
+def sweep(caps: dict[str, int], cursor: str | None, budget: int, keep: set[str] | None = None) -> SweepResult:
     """Contrail's sweepFeedItems: up to `budget` actors after `cursor`; a full page is not done.
 
-    With `served` (FEED_SERVE is not `all`), an actor outside it loses its whole timeline."""
-    from feather.feeds.storage import drop_unserved_feed
-
+    With `keep` (the served set, when FEED_SERVE is not `all`), an actor outside it loses its
+    whole timeline."""
     if not caps or budget <= 0:
         return SweepResult(0, None, True)
     statement, params = actors_page_sql(cursor, budget)
@@ -80,8 +80,8 @@ def sweep(caps: dict[str, int], cursor: str | None, budget: int, served: set[str
         with db.atomic():
             serial.lock_writes()
             for actor in actors[start:start + SWEEP_BATCH_ACTORS]:
-                if served is not None and actor not in served:
-                    pruned += drop_unserved_feed(actor)
+                if keep is not None and actor not in keep:
+                    pruned += records_sweep.drop_unserved_feed(actor)
                 else:
                     pruned += prune_actor(actor, caps)
     done = len(actors) < budget
@@ -111,16 +111,16 @@ def save_cursor(cursor: str | None) -> None:
     sql.execute("UPDATE feed_prune_state SET actor = ? WHERE id = 1", (cursor,))
 
 
-def run_slice(caps: dict[str, int], budget: int, served: set[str] | None = None) -> SweepResult:
+def run_slice(caps: dict[str, int], budget: int, keep: set[str] | None = None) -> SweepResult:
     """Contrail's runFeedPruneSlice: load the cursor, sweep one slice, save where it stopped."""
-    result = sweep(caps, load_state().cursor, budget, served)
+    result = sweep(caps, load_state().cursor, budget, keep)
     with db.atomic():
         save_cursor(result.next_cursor)
     return result
 
 
-def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, served: set[str] | None = None) -> SweepResult:
-    result = run_slice(caps, settings.feed_prune_sweep_actors, served)
+def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, keep: set[str] | None = None) -> SweepResult:
+    result = run_slice(caps, settings.feed_prune_sweep_actors, keep)
     with db.atomic():
         sql.execute("UPDATE feed_prune_state SET last_slice_ms = ? WHERE id = 1", (now_ms,))
         if result.done:
@@ -145,16 +145,12 @@ def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> Swee
         if dirty_due:
             # Cleared before the slice: a batch committing meanwhile sets it again for the next tick.
             sql.execute("UPDATE feed_prune_state SET dirty = 0 WHERE id = 1")
-    served = None
-    if settings.feed_serve != "all":
-        from feather.feeds import admission, storage
-
-        served = admission.served_set(config)
-    result = _slice_and_stamp(caps, settings, now_ms, served)
-    if served is not None:
-        records_sweep = storage.sweep_slice(config, settings.feed_prune_sweep_actors)
-        if records_sweep.removed:
-            log.info("feeds records sweep: %d records nobody needs removed", records_sweep.removed)
+    keep = served.served_set(config) if settings.feed_serve != served.ALL else None
+    result = _slice_and_stamp(caps, settings, now_ms, keep)
+    if keep is not None:
+        swept = records_sweep.sweep_slice(config, settings.feed_prune_sweep_actors)
+        if swept.removed:
+            log.info("feeds records sweep: %d records nobody needs removed", swept.removed)
     if result.pruned:
         log.info("feeds prune: %d rows over cap deleted (pass %s)", result.pruned,
                  "complete" if result.done else f"continues after {result.next_cursor}")

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from feather.atproto.syntax import is_valid_did
-from feather.feeds import records
 from feather.feeds.config import Collection, FeedsConfig
+from feather.feeds.store import records
 from feather.jetstream.events import CommitEvent
 
 

@@ -16,7 +16,7 @@ import unicodedata
 from feather import sql
 from feather.db import db
 from feather.feeds.config import FeedsConfig
-from feather.feeds.generator import GENERATOR, post_target
+from feather.feeds.web.generator import GENERATOR, post_target
 
 REPO_SCOPE = f"repo:{GENERATOR}"
 MAX_NAME_GRAPHEMES, MAX_NAME_BYTES = 24, 240  # the lexicon's limits for displayName

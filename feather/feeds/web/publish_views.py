@@ -14,9 +14,12 @@ import click
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, url_for
 from flask.cli import AppGroup
 
+from feather.atproto.identity import IdentityError, http_client_from_settings, resolver_for
+from feather.atproto.pds import BearerAuth, PdsClient, PdsError
 from feather.auth import consent_url, current_account, has_scopes, is_admin, login_required, pds_client
 from feather.auth.grants import NeedsReauth
-from feather.feeds import context, generator, publish
+from feather.db import db
+from feather.feeds.web import context, generator, publish
 
 bp = Blueprint("feed_publish", __name__)
 
@@ -44,8 +47,6 @@ def page():
 @bp.post("/feeds/publish")
 @login_required
 def act():
-    from feather.atproto.pds import PdsError
-
     account = _admin()
     config, settings = context.config(), current_app.config["FEATHER"]
     action, feed = request.form.get("action"), request.form.get("feed", "")
@@ -82,9 +83,6 @@ feeds_cli = AppGroup("feeds", help="Feeds: publish a feed generator record.")
 def _client_for(identifier: str, app_password: str | None):
     """(did, a PdsClient acting as them): with an app password, a session of its own; otherwise
     the grant this account left by signing in here."""
-    from feather.atproto.identity import http_client_from_settings, resolver_for
-    from feather.atproto.pds import BearerAuth, PdsClient
-
     ident = resolver_for(current_app).resolve_identity(identifier)
     if not app_password:
         return ident.did, pds_client(ident.did)
@@ -97,10 +95,6 @@ def _client_for(identifier: str, app_password: str | None):
 @contextmanager
 def _failures_as_messages():
     """A script gets one line saying what went wrong (and exit status 1), not a traceback."""
-    from feather.atproto.identity import IdentityError
-    from feather.atproto.pds import PdsError
-    from feather.db import db
-
     try:
         with db.connection_context():
             yield

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from feather import sql
 from feather.db import current_dialect, db
-from feather.feeds import serial
+from feather.feeds.store import serial
 from feather.feeds.config import FeedsConfig
 
 _PG_DDL_LOCK_KEY = 0x6665617468657210

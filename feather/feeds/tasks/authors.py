@@ -22,14 +22,16 @@ from gevent.pool import Pool
 from feather import sql
 from feather.atproto.syntax import is_valid_record_key
 from feather.db import db
-from feather.feeds import fanout, records, serial
 from feather.feeds.config import Collection, FeedsConfig
-from feather.feeds.schema import subject_expr
-from feather.feeds.sources import SourceError, sources_for
+from feather.feeds.ingest import fanout
+from feather.feeds.read.sources import SourceError, sources_for
+from feather.feeds.store import records, serial
+from feather.feeds.store.bookkeeping import ALL_COLLECTIONS, mark_dirty
+from feather.feeds.store.schema import subject_expr
+from feather.feeds.store.served import keeps
 
 log = logging.getLogger(__name__)
 
-ALL_COLLECTIONS = "*"
 FETCH_TICK_SECS = 2.0
 FETCH_BATCH = 16  # authors per tick: a first read of 1,000 follows drains in about two minutes
 FETCH_CONCURRENCY = 4
@@ -39,14 +41,6 @@ RETRY_BASE_US = 30_000_000
 LIST_DEADLINE_S = 3.0  # Contrail's on-demand listRecords?actor= backfill deadline
 LIST_LIMIT = 100
 LIST_TTL_US = 300_000_000  # an author listed this recently is served from the store
-
-
-def request(dids) -> int:
-    """Queue authors for a fetch (inside the caller's transaction). One already queued or fetched
-    is left alone; the records sweep forgets an author when it drops their records."""
-    now = sql.now_us()
-    statement = ("INSERT INTO feed_fetches (did, collection, requested_us) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-    return sum(sql.execute(statement, (did, ALL_COLLECTIONS, now)).rowcount for did in sorted(set(dids)))
 
 
 def pending_sql():
@@ -110,8 +104,6 @@ def fan_in(config: FeedsConfig, did: str) -> int:
 
 def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
     """Fetch up to FETCH_BATCH queued authors; returns how many were fetched."""
-    from feather.feeds.apply import mark_dirty
-
     now_us = sql.now_us() if now_us is None else now_us
     due = sql.rows(pending_sql(), (now_us, FETCH_BATCH))
     if not due:
@@ -159,8 +151,6 @@ def backfill_listing(app, config: FeedsConfig, c: Collection, did: str, admit=No
     does not keep (FEED_SERVE signed-in or readers, and no served actor follows them) the fetched
     rows themselves come back, (uri, cid, did, rkey, record JSON, time_us) newest first, and
     nothing is written: a stranger's listing costs the budget, never the disk."""
-    from feather.feeds.admission import keeps
-
     now = sql.now_us()
     kept = keeps(config, app.config["FEATHER"], did)
     if kept:

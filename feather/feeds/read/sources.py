@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol
 
+from feather.atproto.identity import IdentityError, http_client_from_settings, resolver_for
+from feather.atproto.pds import BadRequest, PdsClient, PdsError, RecordNotFound
 from feather.atproto.syntax import is_valid_at_identifier, is_valid_did
+from feather.outbound import NetError
+
+# What a lookup can fail with: the identity resolver and the guarded HTTP client under it, and
+# for a repo listing or record the PDS client too.
+RESOLVE_ERRORS = (IdentityError, NetError)
+LOOKUP_ERRORS = (IdentityError, PdsError, NetError)
 
 
 class SourceError(Exception):
@@ -16,6 +24,7 @@ class SourceError(Exception):
 
 
 class FeedSources(Protocol):
+
     def resolve_actor(self, identifier: str) -> str | None:
         """A DID for a DID or handle, or None when it cannot be resolved."""
 
@@ -42,19 +51,14 @@ class AtprotoSources:
         self.app = app
 
     def _resolver(self):
-        from feather.atproto.identity import resolver_for
-
         return resolver_for(self.app)
 
     def resolve_actor(self, identifier: str) -> str | None:
-        from feather.atproto.identity import IdentityError
-        from feather.outbound import NetError
-
         if not is_valid_at_identifier(identifier):
             return None
         try:
             did = self._resolver().resolve_actor(identifier)
-        except (IdentityError, NetError):
+        except RESOLVE_ERRORS:
             return None
         return did if is_valid_did(did) else None
 
@@ -70,10 +74,6 @@ class AtprotoSources:
         return self._resolver().cache.get(key) is None
 
     def list_follows(self, did: str, collection: str, deadline: float):
-        from feather.atproto.identity import IdentityError, http_client_from_settings
-        from feather.atproto.pds import PdsClient, PdsError
-        from feather.outbound import NetError
-
         try:
             endpoint = self._resolver().pds_endpoint(did)
             client = PdsClient(http_client_from_settings(self.app.config["FEATHER"]), endpoint)
@@ -81,30 +81,19 @@ class AtprotoSources:
                 uri, value = item.get("uri"), item.get("value")
                 if isinstance(uri, str) and isinstance(value, dict):
                     yield uri.rsplit("/", 1)[-1], item.get("cid"), value
-        except (IdentityError, PdsError, NetError) as exc:
+        except LOOKUP_ERRORS as exc:
             raise SourceError(f"{type(exc).__name__}: {exc}") from None
 
     def signing_key(self, did: str):
-        from feather.atproto.identity import IdentityError
-        from feather.outbound import NetError
-
         try:
             return self._resolver().signing_key(did)
-        except (IdentityError, NetError):
+        except RESOLVE_ERRORS:
             return None
 
-
     def _pds(self, did: str):
-        from feather.atproto.identity import http_client_from_settings
-        from feather.atproto.pds import PdsClient
-
         return PdsClient(http_client_from_settings(self.app.config["FEATHER"]), self._resolver().pds_endpoint(did))
 
     def list_recent(self, did: str, collection: str, limit: int, deadline: float):
-        from feather.atproto.identity import IdentityError
-        from feather.atproto.pds import PdsError
-        from feather.outbound import NetError
-
         out = []
         try:
             for item in self._pds(did).iter_records(did, collection, limit=min(limit, 100), deadline=deadline):
@@ -113,31 +102,24 @@ class AtprotoSources:
                     out.append((uri.rsplit("/", 1)[-1], item.get("cid"), value))
                 if len(out) >= limit:
                     break
-        except (IdentityError, PdsError, NetError) as exc:
+        except LOOKUP_ERRORS as exc:
             raise SourceError(f"{type(exc).__name__}: {exc}") from None
         return out
 
     def get_record(self, did: str, collection: str, rkey: str):
-        from feather.atproto.identity import IdentityError
-        from feather.atproto.pds import BadRequest, PdsError, RecordNotFound
-        from feather.outbound import NetError
-
         try:
             data = self._pds(did).get_record(did, collection, rkey)
         except (RecordNotFound, BadRequest):
             return None  # the reference PDS answers a missing record with 400 RecordNotFound
-        except (IdentityError, PdsError, NetError) as exc:
+        except LOOKUP_ERRORS as exc:
             raise SourceError(f"{type(exc).__name__}: {exc}") from None
         value = data.get("value")
         return (data.get("cid"), value) if isinstance(value, dict) else None
 
     def verified_handle(self, did: str):
-        from feather.atproto.identity import IdentityError
-        from feather.outbound import NetError
-
         try:
             return self._resolver().resolve_identity(did).handle
-        except (IdentityError, NetError) as exc:
+        except RESOLVE_ERRORS as exc:
             raise SourceError(f"{type(exc).__name__}: {exc}") from None
 
 

@@ -15,9 +15,9 @@ prune a fan-out feed holds exactly that set, which is what test_feeds_hybrid.py 
 from __future__ import annotations
 
 from feather import sql
-from feather.feeds import query
 from feather.feeds.config import Feed, FeedsConfig, Target
-from feather.feeds.schema import subject_expr
+from feather.feeds.read import query
+from feather.feeds.store.schema import subject_expr
 
 
 def heavy_sql(config: FeedsConfig, feed: Feed, target: Target) -> str:

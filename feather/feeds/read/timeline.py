@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 from markupsafe import Markup
 
 from feather import sql
-from feather.feeds import backfill, hybrid, query, render
-from feather.feeds import cursor as cursors
 from feather.feeds.config import Feed, FeedsConfig, Target
-from feather.feeds.schema import subject_expr
+from feather.feeds.read import cursor as cursors
+from feather.feeds.read import hybrid, query, render
+from feather.feeds.read.identities import hydrate
+from feather.feeds.store import records
+from feather.feeds.store.schema import subject_expr
 
 PAGE_SIZE, MAX_PAGE_SIZE = 30, 100
 NEW_POSTS_CAP = 100  # "99+ new posts": counting further would only cost
+BACKFILL_MAX_RETRIES = 3  # failed follow listings after which the page says the listing keeps failing
 
 
 @dataclass
@@ -49,15 +52,13 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
          now: float | None = None, target: Target | None = None) -> tuple[list[Entry], str | None, str | None]:
     """(entries newest first, the cursor of the next older page or None, the newest entry's
     position as a cursor, for the new-posts check)."""
-    from feather.feeds.identities import hydrate
-
     collection, src = source(config, feed, did, target)
     page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or ""}, src)
-    records = page["records"]
-    handles = hydrate(app, config, [r["did"] for r in records]) if records else {}
-    names = _display_names(config, [r["did"] for r in records])
+    shown = page["records"]
+    handles = hydrate(app, config, [r["did"] for r in shown]) if shown else {}
+    names = _display_names(config, [r["did"] for r in shown])
     out = []
-    for r in records:
+    for r in shown:
         value = r["value"] if isinstance(r["value"], dict) else {}
         url = render.post_url(r["uri"])
         text = value.get("text")
@@ -67,14 +68,12 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
         out.append(Entry(r["uri"], r["did"], names.get(r["did"]), handles.get(r["did"]),
                          render.rich_text(text, value.get("facets")), render.embeds(value.get("embed"), url), url,
                          render.ago(t, now), render.exact(t), render.iso(t)))
-    top = cursors.encode(records[0]["time_us"], records[0]["uri"], "time") if records else None
+    top = cursors.encode(shown[0]["time_us"], shown[0]["uri"], "time") if shown else None
     return out, page.get("cursor"), top
 
 
 def _display_names(config: FeedsConfig, dids: list[str]) -> dict[str, str]:
     """Display names from stored profile records (identities.hydrate fetched the missing ones)."""
-    from feather.feeds import records
-
     names: dict[str, str] = {}
     if not dids:
         return names
@@ -114,7 +113,7 @@ def filling(config: FeedsConfig, feed: Feed, did: str, now_ms: int | None = None
     row = sql.one("SELECT completed, started_at, retries, last_error FROM feed_backfills"
                   " WHERE actor = ? AND feed = ?", (did, feed.name))
     if row is None or not row[0]:
-        if row is not None and row[3] and row[2] >= backfill.BACKFILL_MAX_RETRIES:
+        if row is not None and row[3] and row[2] >= BACKFILL_MAX_RETRIES:
             return ("Your follows could not be listed from your server yet; Feather tries again every few "
                     "minutes. Posts from people you follow still arrive as they are written.")
         return "Filling in your timeline: listing the accounts you follow from your server."

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 from feather import sql
 from feather.db import current_dialect
-from feather.feeds import records
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.fanout import justifying_tables, unfollow_clause, unfollow_triples
-from feather.feeds.plan import Step
-from feather.feeds.schema import subject_expr
+from feather.feeds.ingest.fanout import justifying_tables, unfollow_clause, unfollow_triples
+from feather.feeds.ingest.plan import Step
+from feather.feeds.store import records
+from feather.feeds.store.schema import subject_expr
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The follow-side pieces of fan-out that more than one writer shares.
 
 A follow's backfill statement (the subject's newest records into the follower's feed) is run by
-the author fetch (authors.fan_in); the unfollow rule (which rows leave a feed, and which follow
+the author fetch (tasks/authors.py fan_in); the unfollow rule (which rows leave a feed, and which follow
 tables can still justify them) is what batch.write's unfollow delete ORs together. Each is
 built by a function returning SQL, so the EXPLAIN guardrail (tests/test_feeds_explain.py) plans
 exactly what runs. The per-event reference the batch is checked against lives with the tests
@@ -10,7 +10,7 @@ exactly what runs. The per-event reference the batch is checked against lives wi
 from __future__ import annotations
 
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.schema import subject_expr
+from feather.feeds.store.schema import subject_expr
 
 
 def follow_backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, follower: str, subject: str):

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from feather import sql
 from feather.db import db
-from feather.feeds import admission, serial
 from feather.feeds.config import Collection, FeedsConfig
-from feather.feeds.schema import subject_expr
+from feather.feeds.store import serial, served
+from feather.feeds.store.schema import subject_expr
 
 BATCH_AUTHORS = 50  # authors per write transaction, so ingest never waits on a whole slice
 
@@ -69,12 +69,12 @@ def _followed(config: FeedsConfig, did: str) -> bool:
     return False
 
 
-def sweep_author(config: FeedsConfig, c: Collection, did: str, served: set[str]) -> int:
+def sweep_author(config: FeedsConfig, c: Collection, did: str, serving: set[str]) -> int:
     """Apply the three rules to one author in one table; the number of records removed."""
     if c.nsid in config.follow_nsids:
-        keep = did in served
+        keep = did in serving
     else:
-        keep = did in served or _followed(config, did)
+        keep = did in serving or _followed(config, did)
     if not keep:
         removed = sql.execute(drop_author_sql(c.table, did)[0], (did,)).rowcount
         # So that following them again fetches their past records afresh (authors.request).
@@ -101,7 +101,7 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
     tables = _tables(config)
     if not tables or budget <= 0:
         return RecordsSweep(0, 0, None, None)
-    served = admission.served_set(config)
+    serving = served.served_set(config)
     short, after = load_cursor()
     index = next((i for i, c in enumerate(tables) if c.short == short), 0)
     if short is not None and tables[index].short != short:
@@ -116,7 +116,7 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
             with db.atomic():
                 serial.lock_writes()
                 for did in authors[start:start + BATCH_AUTHORS]:
-                    removed += sweep_author(config, c, did, served)
+                    removed += sweep_author(config, c, did, serving)
         visited += len(authors)
         if len(authors) < limit:
             index, after = index + 1, None  # this table is done

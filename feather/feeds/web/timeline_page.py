@@ -14,7 +14,9 @@ from urllib.parse import urlencode
 from flask import Blueprint, abort, current_app, render_template, request, url_for
 
 from feather.auth import current_account, login_required
-from feather.feeds import backfill, context, timeline
+from feather.feeds.read import timeline
+from feather.feeds.tasks import backfill
+from feather.feeds.web import context
 
 bp = Blueprint("timeline", __name__)
 

@@ -15,7 +15,7 @@ import time
 
 from feather.atproto import crypto
 from feather.atproto.syntax import is_valid_did
-from feather.errors import ApiError
+from feather.errors import ApiError, error_response
 from feather.parsing import loads_limited
 
 CLOCK_SKEW_SECS = 30
@@ -101,8 +101,6 @@ def verify_request(authorization: str | None, config, settings, sources) -> str:
 
 
 def init_errors(bp) -> None:
-    from feather.errors import error_response
-
     @bp.errorhandler(AuthError)
     def _auth_error(exc: AuthError):
         response = error_response(exc.status, exc.message, exc.error)

@@ -5,7 +5,7 @@ naming a `BskyFeedGenerator` service (`#bsky_fg`), `describeFeedGenerator` listi
 published from here (feed_generators, written by publish.py), and `getFeedSkeleton`, which
 answers the *viewer's* timeline as post URIs. The viewer is whoever signed the service-auth
 token the app view forwards: the same checks as getFeed's FEED_SERVICE_AUTH (feather/feeds/
-auth.py: signature by the issuer's #atproto key, aud = this service's DID, lxm = the method,
+service_auth.py: signature by the issuer's #atproto key, aud = this service's DID, lxm = the method,
 expiry and lifetime bounded, and the issuer's DID document paid from the outbound budget).
 A skeleton needs a viewer, so a missing token is refused like a bad one.
 
@@ -20,10 +20,14 @@ from flask import Blueprint, abort, current_app, jsonify, request
 
 from feather import sql
 from feather.errors import ApiError
-from feather.feeds import admission, backfill, budget, context, hybrid, query
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.service_auth import AuthError, init_errors, verify
-from feather.feeds.sources import sources_for
+from feather.feeds.read import hybrid, query
+from feather.feeds.read.sources import sources_for
+from feather.feeds.tasks import backfill
+from feather.feeds.web import budget, context
+from feather.feeds.web.gate import admit_reader
+from feather.feeds.web.service_auth import AuthError, init_errors, verify
+from feather.feeds.web.xrpc import ChargedKeys, _refuse_long_urls
 from feather.parsing import ascii_int
 
 SKELETON = "app.bsky.feed.getFeedSkeleton"
@@ -96,8 +100,6 @@ def parse_limit(raw: str | None) -> int:
 
 
 def skeleton():
-    from feather.feeds.xrpc import ChargedKeys
-
     config, settings = context.config(), _settings()
     uri = request.args.get("feed")
     if not uri:
@@ -112,7 +114,7 @@ def skeleton():
     viewer = verify(header[len("Bearer "):].strip(), audience=service_did(settings), method=SKELETON,
                     key_of=ChargedKeys(sources_for(current_app)).signing_key)
     try:
-        admission.admit_reader(config, settings, viewer)  # FEED_SERVE: served, newly served, or not
+        admit_reader(config, settings, viewer)  # FEED_SERVE: served, newly served, or not
     except ApiError as exc:
         if exc.error != "NotServed":
             raise
@@ -134,8 +136,6 @@ def skeleton():
 def init_app(app, settings) -> None:
     """Serve the generator when this instance has a service DID (FEATHERREADER_PUBLIC_URL or
     FEATHERREADER_FEED_SERVICE_DID); without one there is nothing a feed record could point to."""
-    from feather.feeds.xrpc import _refuse_long_urls
-
     if service_did(settings) is None:
         return
     bp = Blueprint("feed_generator", __name__)

@@ -11,9 +11,14 @@ from flask import Blueprint, current_app, jsonify, request
 
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
-from feather.feeds import admission, authors, backfill, budget, context, hybrid, query
 from feather.feeds.config import FeedsConfig
-from feather.feeds.sources import sources_for
+from feather.feeds.read import hybrid, query
+from feather.feeds.read.identities import profiles_for
+from feather.feeds.read.sources import sources_for
+from feather.feeds.tasks import authors, backfill
+from feather.feeds.web import budget, context
+from feather.feeds.web.gate import admit_reader
+from feather.feeds.web.service_auth import init_errors, verify_request
 
 STRIPPED = ("feed", "actor", "collection")
 
@@ -37,6 +42,15 @@ def _resolve(identifier: str) -> str:
     return did
 
 
+def _page(config: FeedsConfig, collection, params, source) -> dict:
+    """The listRecords pipeline's page, with `profiles=true`'s handles and profile records."""
+    out = query.run(config, collection, params, source)
+    if params.get("profiles") == "true":
+        out["profiles"] = profiles_for(current_app._get_current_object(), config,
+                                       [r["did"] for r in out["records"]])
+    return out
+
+
 def get_feed():
     config = context.config()
     settings = current_app.config["FEATHER"]
@@ -48,14 +62,12 @@ def get_feed():
         raise ApiError(404, "UnknownFeed", "Unknown feed")
     issuer = None
     if settings.feed_service_auth:
-        from feather.feeds.service_auth import verify_request
-
         issuer = verify_request(request.headers.get("Authorization"), config, settings,
                                 ChargedKeys(sources_for(current_app)))
     did = _resolve(actor)
     if issuer is not None and issuer != did:
         raise ApiError(403, "Forbidden", "feed actor must match the service-auth issuer")
-    admission.admit_reader(config, settings, did)  # FEED_SERVE: served, newly served, or refused
+    admit_reader(config, settings, did)  # FEED_SERVE: served, newly served, or refused
     app = current_app._get_current_object()
     backfill.maybe_start(app, config, feed, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     wanted = request.args.get("collection")
@@ -68,7 +80,7 @@ def get_feed():
     params = {k: v for k, v in request.args.items() if k not in STRIPPED}
     collection = config.collections[target.short]
     source = hybrid.feed_source(config, feed, target, did)
-    return jsonify(query.run(config, collection, params, source))
+    return jsonify(_page(config, collection, params, source))
 
 
 class ChargedKeys:
@@ -94,8 +106,8 @@ def list_records(short: str):
         listed = authors.backfill_listing(app, config, collection, did,
                                           admit=lambda: budget.try_spend(app, request.remote_addr))
         if listed is not None:  # an author nobody served follows: answered from the page, not stored
-            return jsonify(query.run(config, collection, params, query.listed_source(collection, listed)))
-    return jsonify(query.run(config, collection, params, query.collection_source(collection, did)))
+            return jsonify(_page(config, collection, params, query.listed_source(collection, listed)))
+    return jsonify(_page(config, collection, params, query.collection_source(collection, did)))
 
 
 def get_record(short: str):
@@ -117,15 +129,11 @@ def get_record(short: str):
     if found is None:
         raise ApiError(404, "RecordNotFound", "Record not found")
     if request.args.get("profiles") == "true":
-        from feather.feeds.identities import profiles_for
-
         found["profiles"] = profiles_for(current_app._get_current_object(), config, [found["did"]])
     return jsonify(found)
 
 
 def make_blueprint(config: FeedsConfig) -> Blueprint:
-    from feather.feeds.service_auth import init_errors
-
     bp = Blueprint("feeds", __name__)
     init_errors(bp)
     ns = config.namespace

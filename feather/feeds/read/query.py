@@ -3,7 +3,8 @@
 SQL is assembled only from the config (table names, validated queryable paths) and fixed
 fragments; every request value travels as a bound parameter. A feed read is the same pipeline
 over another source: feed_items joined to the target's records (plus, for hybrid feeds, the
-heavy authors' records merged at read time; see hybrid.py).
+heavy authors' records merged at read time; see hybrid.py). `profiles=true` is the caller's
+to add (web/xrpc.py, through identities.profiles_for): the pipeline reads the store only.
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any, Mapping
 from feather import sql
 from feather.db import current_dialect
 from feather.errors import ApiError
-from feather.feeds import cursor as cursors
-from feather.feeds import records
 from feather.feeds.config import Collection, FeedsConfig, Queryable
+from feather.feeds.read import cursor as cursors
+from feather.feeds.store import records
 from feather.parsing import ascii_int
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 200
@@ -146,12 +147,6 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
         last = rows[-1]
         out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if sort_field else None,
                                        with_v=sort_field is not None)
-    if params.get("profiles") == "true":
-        from flask import current_app
-
-        from feather.feeds.identities import profiles_for
-
-        out["profiles"] = profiles_for(current_app._get_current_object(), config, [row[2] for row in rows])
     return out
 
 
@@ -164,24 +159,3 @@ def format_record(c: Collection, row) -> dict:
 def get_record(c: Collection, uri: str) -> dict | None:
     row = sql.one(f"SELECT uri, cid, did, rkey, record, time_us FROM {c.table} WHERE uri = ?", (uri,))
     return format_record(c, row) if row else None
-
-
-def profiles(config: FeedsConfig, dids: list[str], handle_of=None) -> list[dict]:
-    """One entry per (DID × configured profile NSID) from the records store; `{did, handle}` if none."""
-    out, seen = [], set()
-    for did in dids:
-        if did in seen:
-            continue
-        seen.add(did)
-        handle = handle_of(did) if handle_of else None
-        found = False
-        for nsid in config.profiles:
-            c = config.by_nsid(nsid)
-            rec = get_record(c, f"at://{did}/{nsid}/self") if c else None
-            if rec:
-                found = True
-                out.append({"did": did, "handle": handle, "uri": rec["uri"], "cid": rec["cid"],
-                            "collection": nsid, "rkey": rec["rkey"], "value": rec["value"]})
-        if not found:
-            out.append({"did": did, "handle": handle})
-    return out
