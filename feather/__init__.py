@@ -9,11 +9,17 @@ import logging
 from typing import Any, Mapping
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
-    from feather import db as dbmod, errors, pages, health, security
-    from feather.config import load_settings
+    # Here, not at the top: this is the package root, which every `import feather.x` runs first. At
+    # the top, importing any one module (feather.db, feather.sql: 3 feather modules) would load the
+    # app's parts and what they import (48 of them).
+    from feather import admin, auth, cli, errors, features, health, pages, security  # noqa: PLC0415  see above
+    from feather import db as dbmod  # noqa: PLC0415  see above
+    from feather.config import load_settings  # noqa: PLC0415  see above
+    from feather.jetstream import feature as dev_injection  # noqa: PLC0415  see above
 
     settings = load_settings(overrides=config)
     app = Flask(
@@ -39,8 +45,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         # APScheduler logs every run of every job at INFO; our jobs log what they do themselves.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     if settings.featherreader_trusted_proxies:
-        from werkzeug.middleware.proxy_fix import ProxyFix
-
         # Believe exactly as many forwarding hops as the operator says sit in front of us: with
         # more, a client could pick its own address (and rate-limit bucket) by sending the header.
         hops = settings.featherreader_trusted_proxies
@@ -52,20 +56,15 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(pages.bp)
     errors.form_retry(app, "pages.delete", pages.retry_delete)
     app.register_blueprint(health.bp)
-    from feather import admin
     admin.init_app(app)
     # The Jetstream engine's development tool (POST /admin/dev/jetstream-event, `flask dev-event`):
     # not a feature, it has no subscription or job and only replays a hand-made event into the
     # features' handlers. Always registered: the route and the command refuse outside development.
-    from feather.jetstream import feature as dev_injection
     dev_injection.init_app(app)
-    from feather import features
     features.register_blueprints(app)
     # Core, not a feature: feeds and sync import feather.auth (sign-in, sessions, scopes). Wired after
     # the features, because they declare their OAuth scopes in init_app and a production app builds
     # its client metadata from the declared scopes when auth starts.
-    from feather import auth
     auth.init_app(app)
-    from feather import cli
     cli.init_app(app)
     return app

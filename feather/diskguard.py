@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import peewee
 
+from feather.db import db
+from feather.jetstream.store import db_size_bytes
+
 log = logging.getLogger(__name__)
 
 MIN_FREE_BYTES = 1 << 30  # 1 GiB
@@ -30,8 +33,6 @@ class Pressure:
 
 def sqlite_dir() -> str | None:
     """The directory of the SQLite file, or None (PostgreSQL, or an in-memory database)."""
-    from feather.db import db
-
     database = db.obj
     if not isinstance(database, peewee.SqliteDatabase) or database.database in ("", ":memory:"):
         return None
@@ -45,8 +46,6 @@ def free_needed(total: int) -> int:
 
 def pressure(settings) -> Pressure | None:
     """Why writing should pause now, or None. Reads the database's size (and statvfs) only."""
-    from feather.jetstream.store import db_size_bytes
-
     limit = settings.featherreader_db_size_watermark_bytes
     if limit:
         size = db_size_bytes()

@@ -17,6 +17,7 @@ from flask import Blueprint, current_app, jsonify
 
 from feather.db import current_dialect, db
 from feather.jetstream import store as jstore
+from feather.process import status
 from feather.process.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
 from feather.version import __version__
 
@@ -81,8 +82,6 @@ def probe() -> tuple[bool, dict]:
 
 
 def _published() -> dict:
-    from feather.process import status
-
     return status.read()
 
 

@@ -12,6 +12,7 @@ import logging
 from flask import Blueprint, current_app, flash, redirect, render_template, request, url_for
 
 from feather import personal
+from feather.auth.web import current_account, end_session
 
 log = logging.getLogger(__name__)
 bp = Blueprint("pages", __name__)
@@ -19,8 +20,6 @@ bp = Blueprint("pages", __name__)
 
 def _account():
     # Sign-in is optional wiring: without feather.auth loaded, nobody is signed in.
-    from feather.auth.web import current_account
-
     return current_account() if "auth" in current_app.extensions else None
 
 
@@ -111,8 +110,6 @@ def delete():
     did = account.did
     personal.delete(current_app, did)
     log.info("privacy: an account deleted its data")  # no DID: the log is not a list of who left
-    from feather.auth.web import end_session
-
     end_session()
     flash("Your data on this server is deleted and you are signed out. Your records on your own "
           "server are untouched.", "info")

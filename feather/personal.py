@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from feather.db import db
+
 
 @dataclass(frozen=True)
 class Holding:
@@ -54,8 +56,6 @@ def export(app, did: str) -> dict:
 def delete(app, did: str) -> list[str]:
     """Delete everything every feature holds about did; returns the keys of what was deleted.
     The database part is one transaction (all or nothing); a network step after it is best effort."""
-    from feather.db import db
-
     done = []
     with db.atomic():
         for h in holdings(app):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from flask import g, request, session
 from flask.json.provider import DefaultJSONProvider
 from flask_wtf.csrf import CSRFProtect
+from htmx_flask import Htmx
 from werkzeug.exceptions import BadRequest
 
 from feather.parsing import MAX_JSON_DEPTH, json_depth_ok
@@ -60,8 +61,6 @@ def _no_public_cache_for_personal(response) -> None:
 def init_app(app) -> None:
     app.json = DepthLimitedJSON(app)
     csrf.init_app(app)
-    from htmx_flask import Htmx
-
     Htmx(app)
     hsts = app.config["FEATHER"].is_production
 

@@ -12,17 +12,20 @@ import time
 
 from flask import Blueprint, abort, current_app, render_template
 
+from feather import features
+from feather.admin import sections
+from feather.auth import is_admin
+from feather.auth.web import current_account
 from feather.db import db
 from feather.jetstream import store as jstore
+from feather.process import status
+from feather.process.verdict import judge
 
 bp = Blueprint("admin", __name__)
 REFRESH_SECS = 5
 
 
 def _require_operator():
-    from feather.auth import is_admin
-    from feather.auth.web import current_account
-
     account = current_account()
     if account is None or not is_admin(account.did):  # the one place that decides who operates
         abort(403)
@@ -31,11 +34,6 @@ def _require_operator():
 
 def gather() -> dict:
     """Everything the page shows, as plain data (also what a test reads)."""
-    from feather import features
-    from feather.admin import sections
-    from feather.process import status
-    from feather.process.verdict import judge
-
     settings = current_app.config["FEATHER"]
     tables = set(db.get_tables())
     saved = {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}

@@ -10,7 +10,6 @@ from __future__ import annotations
 from feather import sql
 from feather.db import current_dialect
 
-
 # A full index holds tens of millions of feed rows, and an exact count reads every one of them
 # on each /admin load; past this many the page says "over". Distinct actors are counted by
 # seeking from one actor's key to the next (one index probe each), not by walking their rows.

@@ -15,16 +15,24 @@ For other features:
 from __future__ import annotations
 
 import functools
+import json
 import time
 from datetime import timedelta
 from urllib.parse import urlencode
 
 import click
+from flask import current_app, flash, redirect, request, session, url_for
 
 from feather import sql
+from feather.atproto.identity import IdentityError
+from feather.auth import personal
+from feather.auth.dpop import new_key
 from feather.auth.grants import NeedsReauth
 from feather.auth.service import AuthService, SignInError, declare_scopes, forget_expired_requests
+from feather.auth.views import bp, retry_sign_in
 from feather.auth.web import Account, current_account, forget_expired, known_account
+from feather.errors import error_response, form_retry
+from feather.features import Job
 
 __all__ = ["Account", "AuthService", "NeedsReauth", "SignInError", "consent_url", "current_account",
            "declare_scopes", "has_scopes", "is_admin", "known_account", "login_required", "pds_client",
@@ -32,8 +40,6 @@ __all__ = ["Account", "AuthService", "NeedsReauth", "SignInError", "consent_url"
 
 
 def service(app=None) -> AuthService:
-    from flask import current_app
-
     return (app or current_app).extensions["auth"]
 
 
@@ -48,15 +54,11 @@ def has_scopes(did: str, scopes, app=None) -> bool:
 def is_admin(did: str | None, app=None) -> bool:
     """Whether did is one of this instance's operators. The one place that decides it, so every
     operator-only page (publishing feed generators, /admin) asks the same question."""
-    from flask import current_app
-
     admins = (app or current_app).config["FEATHER"].featherreader_admin_dids
     return bool(did) and did in admins
 
 
 def consent_url(scopes, next_url: str = "/", why: str = "") -> str:
-    from flask import url_for
-
     return url_for("auth.consent_form") + "?" + urlencode([("scope", s) for s in scopes]
                                                           + [("next", next_url), ("why", why)])
 
@@ -64,8 +66,6 @@ def consent_url(scopes, next_url: str = "/", why: str = "") -> str:
 def login_required(view):
     @functools.wraps(view)
     def wrapped(*args, **kwargs):
-        from flask import redirect, request, url_for
-
         if current_account() is None:
             return redirect(url_for("auth.login_form", next=request.full_path.rstrip("?")), 303)
         return view(*args, **kwargs)
@@ -74,12 +74,6 @@ def login_required(view):
 
 
 def init_app(app) -> None:
-    from flask import flash, request, session
-
-    from feather.atproto.identity import IdentityError
-    from feather.auth.views import bp
-    from feather.errors import error_response
-
     settings = app.config["FEATHER"]
     app.extensions["auth"] = AuthService(settings)
     app.extensions["auth"].sign_in_hooks = app.extensions.setdefault("sign_in_hooks", [])
@@ -87,15 +81,10 @@ def init_app(app) -> None:
         app.extensions["auth"].oauth  # noqa: B018 - fail at start, not at the first sign-in
     app.config["PERMANENT_SESSION_LIFETIME"] = timedelta(days=settings.featherreader_session_days)
     app.register_blueprint(bp)
-    from feather.auth.views import retry_sign_in
-    from feather.errors import form_retry
-
     for endpoint in ("auth.login", "auth.login_password"):
         form_retry(app, endpoint, retry_sign_in)
     app.jinja_env.globals["auth_account"] = current_account
     app.cli.add_command(new_client_key)
-    from feather.auth import personal
-
     personal.register(app)
 
     @app.errorhandler(IdentityError)
@@ -118,10 +107,6 @@ def init_app(app) -> None:
 @click.command("new-oauth-client-key")
 def new_client_key() -> None:
     """Print a new ES256 private JWK for FEATHERREADER_OAUTH_CLIENT_KEYS (keep it secret)."""
-    import json
-
-    from feather.auth.dpop import new_key
-
     jwk = new_key().as_dict(private=True)
     jwk["kid"] = time.strftime("feather-%Y%m%d")
     click.echo(json.dumps({"keys": [jwk]}))
@@ -135,6 +120,4 @@ def cleanup() -> None:
 
 
 def jobs(settings) -> list:
-    from feather.features import Job
-
     return [Job("auth-cleanup", cleanup, 3600.0, jitter=60.0, first_run_delay=60.0)]

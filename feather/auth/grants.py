@@ -21,7 +21,7 @@ from feather import locks, sql
 from feather.atproto.pds import Auth, AuthInvalid, ServerError
 from feather.auth import dpop
 from feather.auth.oauth import InvalidGrant, OAuthError
-from feather.auth.seal import SealError, Sealer
+from feather.auth.seal import Sealer, SealError
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,8 @@ from feather import sql
 from feather.auth.service import forget_requests_of
 from feather.auth.web import end_sessions_of
 from feather.db import db
+from feather.personal import Holding
+from feather.personal import register as add
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +76,6 @@ def delete(did: str, service) -> None:
 
 
 def register(app) -> None:
-    from feather.personal import Holding, register as add
-
     service = app.extensions["auth"]
     add(app, Holding("sign_in", "Signing in", describe, export, lambda did: delete(did, service),
                      order=100, outside_transaction=True))

@@ -11,11 +11,11 @@ from flask import Blueprint, current_app, jsonify, redirect, render_template, re
 from flask_wtf.csrf import generate_csrf
 
 from feather.addresses import client_key
-from feather.errors import ApiError
-from feather.security import CSP
 from feather.auth.dpop import public_jwks
 from feather.auth.service import SignInError
 from feather.auth.web import current_account, end_session, over_rate_limit, start_session
+from feather.errors import ApiError
+from feather.security import CSP
 
 bp = Blueprint("auth", __name__)
 

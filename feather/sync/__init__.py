@@ -24,7 +24,21 @@ from __future__ import annotations
 
 import logging
 
+from flask import current_app
+
 from feather import sql
+from feather.auth.service import declare_scopes
+from feather.db import db
+from feather.features import Job
+from feather.jetstream.subscriptions import Handler, Subscription
+from feather.sync import api, backfill, operator, people, personal, service, shards, views
+from feather.sync import apps as registry
+from feather.sync.apps import APPS
+from feather.sync.follow_writer import app_writer
+from feather.sync.handler import make_handlers
+from feather.sync.runner import Runner
+from feather.sync.service import resume_after_sign_in, write_scopes
+from feather.sync.store import shard_members, sweep_everyone_now
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +49,6 @@ CLEANUP_SECS = 3600.0
 
 
 def init_app(app) -> None:
-    from feather.auth.service import declare_scopes
-    from feather.sync import api, views
-    from feather.sync.apps import APPS
-    from feather.sync.service import write_scopes
-
     app.extensions.setdefault("sync_writer", None)
     # Declared for every app (not only the offered ones): the OAuth client metadata must list each
     # scope we may ever ask for, and an operator changing the allow list must not need new metadata.
@@ -47,31 +56,22 @@ def init_app(app) -> None:
     app.extensions.setdefault("sign_in_hooks", []).append(_resume_on_sign_in)
     app.register_blueprint(views.bp)
     app.register_blueprint(api.bp)
-    from feather.sync import personal
-
     personal.register(app)
 
 
 def operator_status(settings) -> dict | None:
     """Graph sync's figures for /admin (feather/features.py collects them)."""
-    from feather.sync import operator
-
     return operator.status(settings)
 
 
 def _resume_on_sign_in(did: str) -> None:
     """feather/auth calls this after a sign-in (inside the request, with its connection)."""
-    from feather.sync.service import resume_after_sign_in
-
     if resume_after_sign_in(did, sql.now_s()):
         log.info("sync: resumed %s after a new sign-in", did)
 
 
 def _members(shard: int, count: int):
     def dids() -> list[str]:
-        from feather.db import db
-        from feather.sync.store import shard_members
-
         if db.is_closed():
             with db.connection_context():
                 return shard_members(shard, count)
@@ -86,9 +86,6 @@ def _on_gap(name: str):
         log.warning("sync %s: resumed past the lookback window (saved cursor %d); unfollows in the gap are "
                     "lost, follows will be recovered by the sweep", name, saved_time_us)
         try:
-            from feather.db import db
-            from feather.sync.store import sweep_everyone_now
-
             with db.connection_context():
                 sweep_everyone_now()
         except Exception:
@@ -97,10 +94,6 @@ def _on_gap(name: str):
 
 
 def subscriptions(settings) -> list:
-    from feather.jetstream.subscriptions import Handler, Subscription
-    from feather.sync import apps as registry
-    from feather.sync.handler import make_handlers
-
     offered = registry.offered(settings)
     if len(offered) < 2:
         return []
@@ -122,16 +115,13 @@ def subscriptions(settings) -> list:
 def _seed_cursors(count: int) -> None:
     """Before any shard loads its cursor: a shard whose owners changed with the count goes back to
     the oldest cursor they had, a shard without one starts from the oldest (feather/sync/shards.py)."""
-    from feather.db import db
-    from feather.sync.shards import reshard_cursors
-
     if db.obj is None:
         return
     try:
         with db.connection_context():
             if not {"jetstream_cursor", "app_state", "sync_sets"} <= set(db.get_tables()):
                 return  # a fresh install before migrating: nothing was applied, shards start live
-            moved = reshard_cursors(count)
+            moved = shards.reshard_cursors(count)
     except Exception:
         # Said out loud: a shard that kept a cursor ahead of an owner moved into it skips that
         # owner's events, unfollows included, until the count is checked at the next start.
@@ -143,13 +133,6 @@ def _seed_cursors(count: int) -> None:
 
 
 def jobs(settings) -> list:
-    from flask import current_app
-
-    from feather.features import Job
-    from feather.sync import backfill, people, service
-    from feather.sync.follow_writer import app_writer
-    from feather.sync.runner import Runner
-
     lookback = settings.sync_jetstream_max_lookback_us
     out = [Job("sync-cleanup", lambda: service.cleanup(sql.now_s(), lookback), CLEANUP_SECS, jitter=30.0, first_run_delay=60.0),
            Job("sync-sweep", lambda: backfill.sweep_due(sql.now_s, settings), SWEEP_SECS, jitter=30.0,

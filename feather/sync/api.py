@@ -15,11 +15,14 @@ from __future__ import annotations
 from flask import Blueprint, current_app, g, jsonify, request
 
 from feather import sql
+from feather.auth import current_account, has_scopes
 from feather.errors import ApiError
+from feather.parsing import ascii_int
 from feather.security import csrf
 from feather.sync import apps as registry
-from feather.sync import service, status
-from feather.sync.follow_writer import app_writer
+from feather.sync import preview, service, status
+from feather.sync.follow_writer import PdsError, app_writer
+from feather.sync.store import get_set
 
 bp = Blueprint("sync_api", __name__, url_prefix="/api/sync")
 csrf.exempt(bp)
@@ -34,8 +37,6 @@ def _settings():
 
 @bp.before_request
 def _guard():
-    from feather.auth import current_account
-
     if len(registry.offered(_settings())) < 2:
         raise ApiError(404, "NotFound", "Graph sync is not offered on this instance.")
     account = current_account()
@@ -69,8 +70,6 @@ def _body() -> dict:
 
 @bp.post("")
 def post_state():
-    from feather.auth import has_scopes
-
     body, owner, settings = _body(), g.sync_owner, _settings()
     change = {k: body.get(k) for k in FIELDS}
     try:
@@ -95,10 +94,6 @@ def parse_apps(values: list[str]) -> list[str]:
 
 @bp.get("/preview")
 def get_preview():
-    from feather.sync import preview
-    from feather.sync.store import get_set
-    from feather.sync.follow_writer import PdsError
-
     settings = _settings()
     keys = parse_apps(request.args.getlist("apps"))
     if not keys:
@@ -123,8 +118,6 @@ def get_preview():
 
 @bp.get("/activity")
 def get_activity():
-    from feather.parsing import ascii_int
-
     limit = ascii_int(request.args.get("limit", "50"))  # "²".isdigit() is True, int("²") raises
     if limit is None or not 1 <= limit <= ACTIVITY_MAX:
         raise ApiError(400, "InvalidRequest", f"limit must be a whole number from 1 to {ACTIVITY_MAX}.")

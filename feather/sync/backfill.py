@@ -18,8 +18,8 @@ from feather.atproto.syntax import is_valid_did
 from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import pacer, queue, store
-from feather.sync.store import get_set, record_activity
 from feather.sync.follow_writer import FollowWriter, PdsError
+from feather.sync.store import get_set, record_activity, sets_due_for_sweep
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,6 @@ def burst(writer: FollowWriter, clock: Callable[[], int], max_tasks: int = BURST
 
 def sweep_due(clock: Callable[[], int], settings, limit: int = 50) -> list[str]:
     """Start the daily sweep of every set that is due, and release waits whose re-check is due."""
-    from feather.sync.store import sets_due_for_sweep
-
     now = clock()
     started = []
     for owner in sets_due_for_sweep(now, limit):

@@ -12,8 +12,20 @@ from __future__ import annotations
 import logging
 from typing import Callable, Protocol
 
-from feather.atproto.pds import (AuthExpired, AuthInvalid, BadRequest, NetworkError, PdsClient,  # noqa: F401
-                                 PdsError, RateLimited, RecordNotFound, ScopeMissing, ServerError)
+from feather import auth
+from feather.atproto.identity import IdentityError, http_client_from_settings, resolver_for
+from feather.atproto.pds import (  # noqa: F401
+    AuthExpired,
+    AuthInvalid,
+    BadRequest,
+    NetworkError,
+    PdsClient,
+    PdsError,
+    RateLimited,
+    RecordNotFound,
+    ScopeMissing,
+    ServerError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +82,6 @@ class PdsFollowWriter:
         self.http = http  # feather.outbound.GuardedClient
 
     def _reader(self, did: str) -> PdsClient:
-        from feather.atproto.identity import IdentityError
-
         try:
             return PdsClient(self.http, self.resolver.pds_endpoint(did))
         except IdentityError as exc:
@@ -139,9 +149,6 @@ def default_writer(app):
     app = getattr(app, "_get_current_object", lambda: app)()  # the writer outlives any context proxy
     if "auth" not in app.extensions:
         return None
-    from feather import auth
-    from feather.atproto.identity import http_client_from_settings, resolver_for
-
     writer = PdsFollowWriter(lambda did: auth.pds_client(did, app), resolver_for(app),
                              http_client_from_settings(app.config["FEATHER"]))
     app.extensions["sync_writer"] = writer

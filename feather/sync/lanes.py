@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import os
 
-from feather import locks
-from feather import sql
+from feather import locks, sql
 from feather.db import current_dialect, db
+from feather.locks import lock_key
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,6 @@ def process_id() -> str:
 
 
 def _lease_lock_key() -> int:
-    from feather.locks import lock_key
-
     return lock_key("sync-lanes")
 
 

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 from feather.db import db
 from feather.sync import pacer, queue, store
+from feather.sync.follow_writer import (
+    AuthExpired,
+    AuthInvalid,
+    BadRequest,
+    PdsError,
+    RateLimited,
+    ScopeMissing,
+    SessionGone,
+)
 from feather.sync.store import park_account, pause, record_activity
-from feather.sync.follow_writer import AuthExpired, AuthInvalid, BadRequest, PdsError, RateLimited, ScopeMissing, SessionGone
 
 LANE_AUTH_PARK_SECS = 300
 AUTH_STREAK_PAUSE = 5

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from feather import sql
 
-
 CREATE_POINTS = 3
 DELETE_POINTS = 1
 HOUR = 3600

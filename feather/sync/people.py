@@ -20,9 +20,16 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable
 
+from flask import current_app, has_app_context
+from gevent.pool import Pool
+
 from feather import sql
+from feather.atproto.identity import http_client_from_settings, resolver_for
+from feather.atproto.pds import PdsClient
 from feather.atproto.syntax import is_valid_did
 from feather.db import db
+from feather.features import known_people
+from feather.sync.follow_writer import self_record
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +113,6 @@ def forget(did: str) -> None:
 
 def held_elsewhere(dids: list[str]) -> dict[str, tuple]:
     """{did: (handle, display name)} that other features hold (database reads), or {} outside an app."""
-    from flask import current_app, has_app_context
-
-    from feather.features import known_people
-
     return known_people(current_app, dids) if dids and has_app_context() else {}
 
 
@@ -122,9 +125,6 @@ def look_up(did: str, resolver, read_profile: Callable[[str, str], dict | None])
 
 def pds_profile_reader(http) -> Callable[[str, str], dict | None]:
     """Read the `self` profile record anonymously from the person's PDS (guarded client)."""
-    from feather.atproto.pds import PdsClient
-    from feather.sync.follow_writer import self_record
-
     def read(pds: str, did: str) -> dict | None:
         value = (self_record(PdsClient(http, pds), did, PROFILE) or {}).get("value")
         return value if isinstance(value, dict) else None
@@ -135,10 +135,6 @@ def pds_profile_reader(http) -> Callable[[str, str], dict | None]:
 def refresh_due(now: int, resolver=None, read_profile=None, limit: int = PER_RUN) -> int:
     """Look up at most `limit` due DIDs (never looked up first); the number that succeeded."""
     if resolver is None or read_profile is None:
-        from flask import current_app
-
-        from feather.atproto.identity import http_client_from_settings, resolver_for
-
         resolver = resolver or resolver_for(current_app)
         read_profile = read_profile or pds_profile_reader(http_client_from_settings(current_app.config["FEATHER"]))
     sql.execute("DELETE FROM sync_people WHERE wanted_at < ?", (now - FORGET_SECS,))
@@ -153,8 +149,6 @@ def refresh_due(now: int, resolver=None, read_profile=None, limit: int = PER_RUN
             return did, failures, look_up(did, resolver, read_profile), None
         except Exception as exc:  # a stranger's DID document or PDS: anything can go wrong
             return did, failures, None, f"{type(exc).__name__}: {exc}"[:300]
-
-    from gevent.pool import Pool
 
     done, failed = 0, []
     for did, failures, person, error in Pool(CONCURRENCY).imap_unordered(one, due):

@@ -6,8 +6,13 @@ Each table is emptied by the module that writes it, the set itself last.
 """
 from __future__ import annotations
 
+from flask import current_app, url_for
+
 from feather import sql
-from feather.sync import backfill, lanes, people, queue, status, store
+from feather.personal import Holding, register_panel
+from feather.personal import register as add
+from feather.sync import apps as registry
+from feather.sync import backfill, lanes, people, queue, service, status, store
 from feather.sync.store import get_set
 
 EXPORT_COLUMNS = {
@@ -66,10 +71,6 @@ def delete(did: str) -> None:
 
 def panel(account):
     """Home: sync's state and its newest activity line, with the way to the owner's page."""
-    from flask import current_app, url_for
-
-    from feather.sync import apps as registry, service
-
     settings = current_app.config["FEATHER"]
     if len(registry.offered(settings)) < 2:
         return None
@@ -83,7 +84,5 @@ def panel(account):
 
 
 def register(app) -> None:
-    from feather.personal import Holding, register as add, register_panel
-
     add(app, Holding("sync", "Graph sync", describe, export, delete, order=20))
     register_panel(app, panel, order=20)

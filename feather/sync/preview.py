@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from gevent.pool import Pool
+
 from feather.atproto.syntax import is_valid_did
 from feather.sync import apps as registry
 from feather.sync import pacer
@@ -47,8 +49,7 @@ def _profiles(writer: FollowWriter, subjects: list[str], collection: str) -> dic
 
     if len(subjects) < 2:
         return dict(map(check, subjects))
-    from gevent.pool import Pool  # strangers' PDSes answer slowly; a few at a time, never unbounded
-
+    # Strangers' PDSes answer slowly: a few at a time, never unbounded.
     return dict(Pool(CHECK_CONCURRENCY).imap_unordered(check, subjects))
 
 

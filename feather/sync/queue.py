@@ -10,7 +10,7 @@ tests/test_sync_apps.py fails if an unfollow insert appears anywhere else.
 from __future__ import annotations
 
 from feather import sql
-
+from feather.atproto.syntax import decode_tid, is_valid_tid
 
 # Mirror states: live, pending (sync is writing it), failed (sync's write failed for good; it may
 # have landed), deleting / gone (sync's unfollow and its tombstone), dropped (a complete listing
@@ -36,8 +36,6 @@ def enqueue_follow(owner: str, app: str, subject: str, origin: str, now: int, ca
 
 def born_of_listed(rkey: str, now: int) -> int:
     """A listed record's birth: its TID's time (follow rkeys are TIDs), else the listing time."""
-    from feather.atproto.syntax import decode_tid, is_valid_tid
-
     return decode_tid(rkey)[0] if is_valid_tid(rkey) else now * 1_000_000
 
 

@@ -22,13 +22,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from flask import current_app
+from gevent.pool import Pool
+
 from feather import sql
+from feather.atproto.syntax import next_tid
 from feather.db import db
 from feather.sync import apps as registry
 from feather.sync import outcomes, pacer, queue, store
+from feather.sync.follow_writer import FollowWriter, PdsError
 from feather.sync.lanes import MAX_LANES, lease_lanes, process_id, release_lease, renew_lease
 from feather.sync.store import get_set, record_activity
-from feather.sync.follow_writer import FollowWriter, PdsError
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +83,6 @@ class Runner:
         lanes = lease_lanes(self.holder, self.clock(), max_lanes)
         if not concurrent or len(lanes) < 2:
             return sum(self._run_leased(owner, app, rows_per_lane) for owner, app in lanes)
-        from flask import current_app
-        from gevent.pool import Pool
-
         # A pool greenlet starts with no context of its own: give each lane the app's (the writer
         # reaches the owner's session through it) and a database connection of its own.
         flask_app = current_app._get_current_object()
@@ -209,8 +210,6 @@ class Runner:
     def _check_profile_and_claim(self, row: Row) -> str:
         """No profile: the waiting list ("next"). Else choose the rkey and insert the pending mirror
         row before any write is sent ("claimed"), unless the budget went meanwhile ("stop")."""
-        from feather.atproto.syntax import next_tid
-
         app = registry.BY_KEY[row.app]
         exists = self.writer.profile_exists(row.subject, app.profile)  # PdsError -> backoff in _failed
         now = self.clock()

@@ -5,11 +5,24 @@ One contract for both surfaces: `configure(owner, enabled=…, paused=…, apps=
 from __future__ import annotations
 
 from feather import sql
-from feather.db import db
+from feather.db import current_dialect, db
+from feather.jetstream import subscriptions
+from feather.locks import lock_key
 from feather.sync import apps as registry
-from feather.sync import backfill, lanes, pacer, queue
-from feather.sync.store import (ensure_set, forget_activity_before, get_set, pause, record_activity, resume,
-                                schedule_sweep, set_apps, set_enabled)
+from feather.sync import backfill, lanes, pacer, people, queue, status
+from feather.sync.store import (
+    ensure_set,
+    forget_activity_before,
+    get_set,
+    pause,
+    record_activity,
+    resume,
+    schedule_sweep,
+    set_apps,
+    set_enabled,
+    shard_members,
+    shard_of,
+)
 
 PAUSED_BY_YOU = "paused by you"
 PAUSED_CANCEL_DAYS = 30
@@ -20,8 +33,6 @@ TOMBSTONE_SECS = 2 * pacer.DAY  # longer than the Jetstream lookback, so a late 
 def state(owner: str, settings, now: int | None = None) -> dict:
     """The counters (unchanged since the first API) and what explains them: per_app, next_write and
     problems (feather/sync/status.py; docs/api.md, "Graph sync")."""
-    from feather.sync import status
-
     sync_set = get_set(owner)
     return {
         "enabled": bool(sync_set and sync_set.enabled),
@@ -78,16 +89,11 @@ def _check_capacity(owner: str, settings) -> None:
     """Enabling never puts more than MAX_DIDS owners in one shard subscription (Jetstream refuses
     more, and the whole shard would stop). Serialised on PostgreSQL so two enables cannot both
     take the last place; SQLite serialises writers anyway."""
-    from feather.db import current_dialect
-    from feather.jetstream.subscriptions import MAX_DIDS
-    from feather.sync.store import shard_members, shard_of
-    from feather.locks import lock_key
-
     lock = current_dialect().xact_lock_sql(lock_key("sync-capacity"))
     if lock:
         sql.execute(lock)
     count = settings.sync_shard_count
-    if len(shard_members(shard_of(owner, count), count)) >= MAX_DIDS:
+    if len(shard_members(shard_of(owner, count), count)) >= subscriptions.MAX_DIDS:
         raise InstanceFull("This instance is full: it already syncs as many accounts as it can follow "
                            "on the stream. Ask its operator to raise SYNC_SHARD_COUNT, then try again.")
 
@@ -144,8 +150,6 @@ def activity(owner: str, limit: int = 50, now: int | None = None) -> list[dict]:
     with `message`: a plain sentence naming people by handle (status.activity_words). The list's
     `groups` are the page's lines: consecutive rows that differ only by the person, as one line
     with the names (status.group_activity; the list is a status.Activity)."""
-    from feather.sync import people, status
-
     now = sql.now_s() if now is None else now
     found = [dict(zip(("id", "at", "app", "kind", "subject", "points", "detail"), r)) for r in sql.rows(
         "SELECT id, at, app, kind, subject, points, detail FROM sync_activity WHERE owner_did = ?"

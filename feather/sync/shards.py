@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from feather import sql
+from feather.db import db
 from feather.jetstream import store as jstore
 from feather.sync.store import shard_of
 
@@ -62,8 +63,6 @@ def previous_count() -> int | None:
 def reshard_cursors(count: int) -> dict[str, int]:
     """Rewind or make the shard cursors for `count` shards and remember the count. One transaction;
     {cursor name: time_us it now resumes from} for the ones changed."""
-    from feather.db import db
-
     with db.atomic():
         previous = previous_count()
         cursors = {}

@@ -13,9 +13,24 @@ from __future__ import annotations
 from feather import sql
 from feather.sync import apps as registry
 from feather.sync import pacer, people
+from feather.sync.preview import LIST_PAGES
+from feather.sync.runner import listing_done
+
 # The words live in words.py; views and service reach them as status.* (one import for a page).
-from feather.sync.words import (_queue_words, _waiting_words, activity_words, app_name,  # noqa: F401
-                                app_names, clock, number, pause_words, plural, relative, when, write_words)
+from feather.sync.words import (  # noqa: F401
+    _queue_words,
+    _waiting_words,
+    activity_words,
+    app_name,
+    app_names,
+    clock,
+    number,
+    pause_words,
+    plural,
+    relative,
+    when,
+    write_words,
+)
 
 RECENT_FAILURES = 10  # failures listed by name; the rest are counted
 FAILED_SHOWN_DAYS = 30
@@ -58,8 +73,6 @@ def cap_free_at(owner: str, app: str, cap: int | None, now: int) -> int:
 # --- listing
 def remember_following(owner: str, result: dict, now: int) -> None:
     """Keep the preview's per-app count of follows: the "of about N" of the next listing."""
-    from feather.sync.preview import LIST_PAGES
-
     for row in result.get("apps", []):
         complete = bool(result.get("complete")) or row["following"] < (LIST_PAGES - 1) * 100
         sql.execute("INSERT INTO sync_app_counts (owner_did, app, following, complete, measured_at)"
@@ -116,8 +129,6 @@ def listing_failures(owner: str, now: int) -> list[dict]:
 # --- the queue
 def _next_write(sync_set, app: str, head, leased: bool, budget: pacer.Budget, now: int, who: str) -> dict:
     """When the head row of the lane is written, and why not sooner. The reasons mirror the runner's."""
-    from feather.sync.runner import listing_done
-
     _id, kind, subject, attempts, not_before, error = head
     if sync_set.paused:
         return {"at": None, "reason": "paused", "message": pause_words(sync_set.pause_reason)}

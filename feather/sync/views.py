@@ -22,7 +22,7 @@ from feather.auth import consent_url, current_account, has_scopes, known_account
 from feather.sync import apps as registry
 from feather.sync import preview, service, status
 from feather.sync.api import parse_apps
-from feather.sync.follow_writer import app_writer
+from feather.sync.follow_writer import PdsError, app_writer
 from feather.sync.store import get_set
 
 bp = Blueprint("sync", __name__)
@@ -132,8 +132,6 @@ def progress(handle: str):
 @bp.get("/u/<handle>/social-graph-sync/preview")
 @login_required
 def preview_page(handle: str):
-    from feather.sync.follow_writer import PdsError
-
     account = _owner(handle)
     settings = _settings()
     try:

@@ -8,6 +8,7 @@ import time
 from feather.sync import apps as registry
 from feather.sync import pacer
 
+
 def number(n: int) -> str:
     return f"{n:,}"
 
