@@ -15,7 +15,7 @@ import pytest
 
 from feather import sql
 from feather.db import db
-from feather.feeds.tasks import prune
+from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, cid_of, create, delete, feeds_app, follow, ingest, iso, rows, unfollow
 
 POST, MIRROR = "app.bsky.feed.post", "com.example.mirror.post"
@@ -146,7 +146,7 @@ def test_pages_are_identical_after_a_full_prune_with_a_binding_cap(make_app, tmp
     for batch in random_history(seed):
         ingest(app, batch)
     with app.app_context(), db.connection_context():
-        prune.prune_all(app.extensions["feeds"].target_caps())
+        oracle.prune_all(app.extensions["feeds"].target_caps())
     assert_same_feeds(app)
     assert_hybrid_was_used(app)
 

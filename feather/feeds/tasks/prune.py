@@ -22,7 +22,6 @@ from feather.feeds.tasks import records_sweep
 log = logging.getLogger(__name__)
 
 SWEEP_BATCH_ACTORS = 50  # actors per write transaction, so ingest never waits on a whole slice
-RECOVERY_PAGE = 200  # Contrail's FEED_PRUNE_RECOVERY_BATCH, for the full-table prune_all
 SLICE_MIN_INTERVAL_MS = 10_000  # Contrail's FEED_SWEEP_INTERVAL_MS
 
 
@@ -86,17 +85,6 @@ def sweep(caps: dict[str, int], cursor: str | None, budget: int, keep: set[str] 
                     pruned += prune_actor(actor, caps)
     done = len(actors) < budget
     return SweepResult(pruned, None if done else actors[-1], done)
-
-
-def prune_all(caps: dict[str, int]) -> int:
-    """Contrail's pruneFeedItems: every actor, for recovery and admin use (not the hot path)."""
-    total, cursor = 0, None
-    while True:
-        result = sweep(caps, cursor, RECOVERY_PAGE)
-        total += result.pruned
-        if result.done:
-            return total
-        cursor = result.next_cursor
 
 
 # --- the persisted state ----------------------------------------------------------------------
