@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 
 class Stream:
+    """One subscription: this class is its reader, and owns the Writer it shares a StreamState with."""
+
     def __init__(self, sub: Subscription, urls: list[str], *, app, allow_private: bool, board: Board | None = None,
                  tuning: Tuning | None = None):
         self.sub = sub
