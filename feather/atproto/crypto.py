@@ -11,6 +11,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _B58_INDEX = {c: i for i, c in enumerate(_B58)}
@@ -102,8 +103,6 @@ def parse_verification_method(method: dict) -> tuple[str, ec.EllipticCurvePublic
 
 def encode_multikey(key: ec.EllipticCurvePublicKey) -> str:
     """The compressed Multikey form of a public key (used by tests to build DID documents)."""
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
     prefix = _P256_PREFIX if isinstance(key.curve, ec.SECP256R1) else _K256_PREFIX
     return "z" + b58encode(prefix + key.public_bytes(Encoding.X962, PublicFormat.CompressedPoint))
 

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
+import dns.exception
+import dns.resolver
+
 from feather.atproto import crypto
 from feather.atproto.cache import TtlCache
 from feather.atproto.syntax import did_web_host, is_disallowed_handle_tld, is_valid_did, is_valid_handle, normalize_handle
@@ -73,9 +76,6 @@ class Identity:
 
 def dns_txt_lookup(timeout: float = 3.0) -> TxtLookup:
     """A TXT lookup through dnspython (cooperative under gevent); no answer of any kind → []."""
-    import dns.exception
-    import dns.resolver
-
     def lookup(name: str) -> list[str]:
         try:
             resolver = dns.resolver.Resolver()
