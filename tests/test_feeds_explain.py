@@ -16,11 +16,10 @@ import re
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds.tasks import authors, backfill
-from feather.feeds.ingest import batch, fanout
+from feather.feeds.ingest import batch
 from feather.feeds.read import hybrid
-from feather.feeds.tasks import prune
-from feather.feeds.store import served
+from feather.feeds.store import fetches, heavy_authors, items, records, served
+from feather.feeds.tasks import authors, backfill, prune
 from feather.feeds.tasks import records_sweep as storage
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
 
@@ -42,8 +41,8 @@ def statements(config):
     follow_table = config.collections["follow"].table
     return {
         # What the author fetch copies into a follower's feed (authors.fan_in).
-        "follow backfill": (fanout.follow_backfill_sql(config, feed, 0, A, S), [post_table, "r", "feed_items"]),
-        "cutoff delete": (prune.cutoff_delete_sql(A, target.nsid, 200), ["feed_items"]),
+        "follow backfill": (items.follow_backfill_sql(config, feed, 0, A, S), [post_table, "r", "feed_items"]),
+        "cutoff delete": (items.cutoff_delete_sql(A, target.nsid, 200), ["feed_items"]),
         "sweep first page": (prune.actors_page_sql(None, 500), ["feed_items"]),
         "sweep next page": (prune.actors_page_sql(A, 500), ["feed_items"]),
         "bootstrap followees": ((backfill.followees_sql(config, feed), (A,)), [follow_table, "f"]),
@@ -61,21 +60,22 @@ def statements(config):
         "records sweep first page": (storage.authors_page_sql(post_table, None, 500), [post_table]),
         "records sweep next page": (storage.authors_page_sql(post_table, S, 500), [post_table]),
         "records followed probe": ((storage.followed_sql(follow_table), (S,)), [follow_table, "r"]),
-        "records drop author": (storage.drop_author_sql(post_table, S), [post_table]),
-        "records trim author": (storage.trim_author_sql(post_table, S, 200), [post_table]),
-        "records forget fetches": (storage.forget_fetches_sql(S), ["feed_fetches"]),
-        "unserved feed": (("DELETE FROM feed_items WHERE actor = ?", (A,)), ["feed_items"]),
-        # Batch-level ingest (batch.py): one statement for a whole batch's rows of each kind.
-        "batch fan-out": (batch.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S), (OTHER_URI, target.nsid, 2, A)]),
+        "records drop author": (records.drop_author_sql(post_table, S), [post_table]),
+        "records trim author": (records.trim_author_sql(post_table, S, 200), [post_table]),
+        "records forget fetches": (fetches.forget_sql(S), ["feed_fetches"]),
+        "unserved feed": (items.drop_actor_sql(A), ["feed_items"]),
+        # Batch-level ingest (batch.py runs them; store/items.py builds the writes): one statement
+        # for a whole batch's rows of each kind.
+        "batch fan-out": (items.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S), (OTHER_URI, target.nsid, 2, A)]),
                           [follow_table, "r"]),
         "batch heavy probe": (batch.heavy_authors_sql(config, feed, [S, A]), [follow_table, "r"]),
-        "mark heavy": (batch.mark_heavy_sql(feed, [S, A], 1), ["feed_heavy_authors"]),
-        "batch backfill": (batch.backfill_sql(config, feed, 0, [(A, S), (S, A)]), [post_table, "r", "r_n", "feed_items"]),
-        "unfollow": (batch.unfollow_sql(config, [(A, S, target.nsid)]), ["feed_items", follow_table, "r"]),
-        "batch unfollow": (batch.unfollow_sql(config, [(A, S, target.nsid), (S, A, target.nsid)]),
+        "mark heavy": (heavy_authors.mark_heavy_sql(feed, [S, A], 1), ["feed_heavy_authors"]),
+        "batch backfill": (items.backfill_sql(config, feed, 0, [(A, S), (S, A)]), [post_table, "r", "r_n", "feed_items"]),
+        "unfollow": (items.unfollow_sql(config, [(A, S, target.nsid)]), ["feed_items", follow_table, "r"]),
+        "batch unfollow": (items.unfollow_sql(config, [(A, S, target.nsid), (S, A, target.nsid)]),
                            ["feed_items", follow_table, "r"]),
-        "batch target delete": (batch.remove_targets_sql([POST_URI, OTHER_URI]), ["feed_items"]),
-        "batch resync": (batch.resync_sql([(POST_URI, 1), (OTHER_URI, 2)]), ["feed_items"]),
+        "batch target delete": (items.remove_targets_sql([POST_URI, OTHER_URI]), ["feed_items"]),
+        "batch resync": (items.resync_sql([(POST_URI, 1), (OTHER_URI, 2)]), ["feed_items"]),
     }
 
 

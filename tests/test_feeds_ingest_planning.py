@@ -11,6 +11,7 @@ import pytest
 
 from feather.db import current_dialect, db, index_planned
 from feather.feeds.ingest import apply, batch
+from feather.feeds.store import items
 from feather.jetstream.events import CommitEvent
 from tests.conftest import PG_URL
 from tests.fixtures.feeds.feedkit import FakeSources, feeds_app, toml
@@ -43,7 +44,7 @@ def _batch_statements(config):
     feed = config.feeds["timeline"]
     times = [(f"at://did:plc:s{i % 30:04d}/{POST}/0000{i:04d}", 7) for i in range(250)]
     posts = [(uri, POST, 7, f"did:plc:s{i % 30:04d}") for i, (uri, _) in enumerate(times)]
-    return {"batch resync": batch.resync_sql(times), "batch fan-out": batch.fan_out_sql(config, feed, posts)}
+    return {"batch resync": items.resync_sql(times), "batch fan-out": items.fan_out_sql(config, feed, posts)}
 
 
 def _plans(config) -> dict[str, list[str]]:

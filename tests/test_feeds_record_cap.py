@@ -45,7 +45,7 @@ def test_an_oversized_update_leaves_the_stored_version(make_app, tmp_path):
 
 
 def test_a_followed_authors_fetched_records_past_the_cap_are_not_stored(make_app, tmp_path):
-    from feather.feeds.store import bookkeeping
+    from feather.feeds.store import fetches
     from feather.feeds.tasks import authors
 
     big = sized_post("big", BASE_US + 2, records.MAX_RECORD_BYTES + 1).record
@@ -54,6 +54,6 @@ def test_a_followed_authors_fetched_records_past_the_cap_are_not_stored(make_app
     app = feeds_app(make_app, tmp_path, toml(), sources=sources, FEED_SERVE="signed-in")
     with app.app_context(), db.connection_context():
         with db.atomic():
-            bookkeeping.request([C])
+            fetches.request([C])
         assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
     assert rows(app, "SELECT rkey FROM feed_records_post") == [("small",)]

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds.ingest import batch, fanout
+from feather.feeds.store import items
 from feather.migrate import MIGRATIONS_DIR, discover, upgrade
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import BASE_US, POST, FakeSources, feeds_app, follow, ingest, post, rows, toml
@@ -47,9 +47,9 @@ def test_an_insert_that_skipped_the_time_resync_adds_no_second_row(app, path):
         db.execute_sql(current_dialect().q(f"UPDATE {config.collections['post'].table} SET time_us = ?"), (stale,))
         statement = {
             "fan-out": lambda: oracle.target_insert_sql(config, feed, POST, C, URI, stale),
-            "batch fan-out": lambda: batch.fan_out_sql(config, feed, [(URI, POST, stale, C)]),
-            "follow backfill": lambda: fanout.follow_backfill_sql(config, feed, 0, A, C),
-            "batch backfill": lambda: batch.backfill_sql(config, feed, 0, [(A, C)]),
+            "batch fan-out": lambda: items.fan_out_sql(config, feed, [(URI, POST, stale, C)]),
+            "follow backfill": lambda: items.follow_backfill_sql(config, feed, 0, A, C),
+            "batch backfill": lambda: items.backfill_sql(config, feed, 0, [(A, C)]),
         }[path]()
         _inserted(statement)  # (SQLite counts no rows for a WITH … INSERT: the table says it)
     assert rows(app, "SELECT actor, uri, time_us FROM feed_items") == [(A, URI, BASE_US + 10)]

@@ -160,13 +160,13 @@ def test_a_backfill_with_nothing_to_list_still_waits_for_the_lock_before_its_boo
 
 
 def test_an_author_fetch_waits_for_the_lock(app, database_url, sources):
-    from feather.feeds.store import bookkeeping
+    from feather.feeds.store import fetches
     from feather.feeds.tasks import authors
 
     record = {"$type": POST, "text": "from the PDS", "createdAt": iso(BASE_US)}
     sources.repos[(A, POST)] = [("p9", "bafyp9", record)]
     with app.app_context(), db.connection_context(), db.atomic():
-        bookkeeping.request([A])
+        fetches.request([A])
 
     def unchanged():
         assert count(app, "SELECT count(*) FROM feed_records_post") == 0

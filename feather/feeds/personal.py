@@ -16,7 +16,7 @@ from flask import current_app
 from feather import sql
 from feather.features import add_people_source
 from feather.feeds.read.timeline import _display_names
-from feather.feeds.store import serial, served
+from feather.feeds.store import backfills, generators, items, serial, served
 from feather.feeds.store.records import _uri_in, load_many
 from feather.personal import Holding, register as add, register_panel
 
@@ -49,13 +49,12 @@ def export(did: str) -> dict:
 
 def delete(did: str) -> None:
     serial.lock_writes()
-    sql.execute("DELETE FROM feed_items WHERE actor = ?", (did,))
-    sql.execute("DELETE FROM feed_backfills WHERE actor = ?", (did,))
+    items.drop_actor(did)
+    backfills.forget(did)
     # What this instance remembers of generator records the person published (the records
     # themselves are in their own repo, theirs to delete).
-    sql.execute("DELETE FROM feed_generators WHERE publisher_did = ?", (did,))
-    if sql.execute("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount:
-        served.bump()  # the ingesting process rebuilds its filter: this actor is no longer served
+    generators.forget_publisher(did)
+    served.forget(did)  # bumps the version: the ingesting process rebuilds its filter
 
 
 def newest(config, did: str, limit: int = HOME_ENTRIES) -> list[dict]:

@@ -18,7 +18,7 @@ from feather.db import index_planned
 from feather.feeds.config import FeedsConfig
 from feather.feeds.ingest import batch, plan
 from feather.feeds.ingest.admission import Admission
-from feather.feeds.store import bookkeeping, serial, served
+from feather.feeds.store import fetches, identities, prune_state, serial, served
 from feather.jetstream.events import CommitEvent, IdentityEvent
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
     commits = [event for event in events if isinstance(event, CommitEvent)]
     renamed = [event.did for event in events if isinstance(event, IdentityEvent)]
     if renamed:
-        bookkeeping.forget_handles(renamed)
+        identities.forget_handles(renamed)
     changed = 0
     mutating = follows_changed = False
     followed: set[str] = set()
@@ -69,12 +69,12 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
             if step.event.operation == "create" and step.subject_after:
                 followed.add(step.subject_after)
     if mutating:
-        bookkeeping.mark_dirty()
+        prune_state.mark_dirty()
     if admission is not None and follows_changed:
         # Other processes (and this one after a takeover) rebuild from the database; the new
         # followees' past records come from their PDS (tasks/authors.py fetch_tick).
         served.bump()
-        bookkeeping.request(followed)
+        fetches.request(followed)
     return changed
 
 

@@ -6,7 +6,8 @@ batch's target records (a VALUES table joined to the follow table's subject inde
 backfill INSERT … SELECT for all its new follows (each follow's subject's newest records, per
 target), one delete for all its unfollows, one for its deleted targets, one time resync for
 its edited targets. Each is chunked only past the database's bound-parameter limit (a 500-event
-batch never is). Every statement is built by a `*_sql` function so the EXPLAIN guardrail
+batch never is). Every statement is built by a `*_sql` function of the table's owning module
+(store/items.py, store/heavy_authors.py, store/records.py) so the EXPLAIN guardrail
 (tests/test_feeds_explain.py) plans exactly what runs.
 
 Why collapsing a URI's steps to their net effect gives the per-event result (its steps here
@@ -18,7 +19,7 @@ never meet a follow change of the same author; plan.py sends those to the ordere
   so an existing row is only recognised at its record's current time);
 - a follow's backfill reads its subject's records, which no grouped step of this batch changes;
 - an unfollow removes the subject's rows only when no follow of the pair remains after the
-  steps (fanout.unfollow_clause); a pair's follows never grow again after one was dropped
+  steps (store/items.py unfollow_clause); a pair's follows never grow again after one was dropped
   within one call (plan.py cuts there), so that is when the last of its unfollows left none.
 """
 from __future__ import annotations
@@ -28,9 +29,9 @@ from dataclasses import dataclass, field
 from feather import sql
 from feather.db import current_dialect
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.ingest.fanout import justifying_tables, unfollow_clause, unfollow_triples
+from feather.feeds.ingest.fanout import unfollow_triples
 from feather.feeds.ingest.plan import Step
-from feather.feeds.store import records
+from feather.feeds.store import heavy_authors, items, records
 from feather.feeds.store.schema import subject_expr
 
 
@@ -84,16 +85,8 @@ def net_effect(steps: list[Step]) -> Net:
 
 
 # --- statements ---------------------------------------------------------------------------------
-
-def fan_out_sql(config: FeedsConfig, feed: Feed, rows: list[tuple]):
-    """rows: (uri, nsid, time_us, author). Every follower of each author gets the record."""
-    d = current_dialect()
-    follow = config.collections[feed.follow].table
-    return (f"{d.values_cte('t', ('uri', 'collection', 'time_us', 'author'), len(rows))}"
-            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
-            f" SELECT r.did, t.uri, t.collection, t.time_us FROM t, {follow} r WHERE {subject_expr('r')} = t.author"
-            f" ON CONFLICT DO NOTHING", [v for row in rows for v in row])
-
+# The writes are built in the tables' owning modules (store/items.py, store/heavy_authors.py); the
+# heavy-author probe, a read, is built here.
 
 def heavy_authors_sql(config: FeedsConfig, feed: Feed, authors: list[str]):
     """The authors with more than fanoutMaxFollowers followers: an EXISTS past that many index
@@ -103,50 +96,6 @@ def heavy_authors_sql(config: FeedsConfig, feed: Feed, authors: list[str]):
     return (f"{d.values_cte('a', ('author',), len(authors))} SELECT a.author FROM a WHERE EXISTS"
             f" (SELECT 1 FROM {follow} r WHERE {subject_expr('r')} = a.author LIMIT 1 OFFSET ?)",
             [*authors, feed.fanout_max_followers])
-
-
-def mark_heavy_sql(feed: Feed, authors: list[str], now: int):
-    values = ", ".join(["(?, ?, ?)"] * len(authors))
-    return (f"INSERT INTO feed_heavy_authors (feed, did, since_us) VALUES {values} ON CONFLICT DO NOTHING",
-            [v for a in authors for v in (feed.name, a, now)])
-
-
-def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list[tuple[str, str]]):
-    """Each (follower, subject): the subject's newest `followBackfill` records of this target
-    (never more than its cap), newest first with the uri tie-break, as fanout.follow_backfill_sql
-    does for one pair."""
-    d = current_dialect()
-    target = feed.targets[target_index]
-    table = config.collections[target.short].table
-    n = min(feed.follow_backfill, target.cap)
-    join = d.newest_per_row(table, "r", "r_n.did = v.subject", "r_n.time_us DESC, r_n.uri ASC")
-    return (f"{d.values_cte('v', ('actor', 'subject'), len(pairs))}"
-            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
-            f" SELECT v.actor, r.uri, ?, r.time_us FROM v {join} WHERE true ON CONFLICT DO NOTHING",
-            [*(v for pair in pairs for v in pair), target.nsid, n])
-
-
-def unfollow_sql(config: FeedsConfig, triples: list[tuple[str, str, str]]):
-    """(follower, subject, target nsid): one key prefix each (fanout.unfollow_clause)."""
-    clauses, params = [], []
-    for triple in triples:
-        clause, values = unfollow_clause(config, *triple)
-        clauses.append(f"({clause})")
-        params += values
-    return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
-
-
-def remove_targets_sql(uris: list[str]):
-    return f"DELETE FROM feed_items WHERE uri IN ({', '.join('?' * len(uris))})", list(uris)
-
-
-def resync_sql(times: list[tuple[str, int]]):
-    """Rows of these records take the record's time (only rows that differ are written): a
-    VALUES table joined on the uri index, so a batch of new records costs one probe each."""
-    d = current_dialect()
-    return (f"{d.values_cte('v', ('uri', 'time_us'), len(times))}"
-            f" UPDATE feed_items SET time_us = v.time_us FROM v"
-            f" WHERE feed_items.uri = v.uri AND feed_items.time_us <> v.time_us", [x for row in times for x in row])
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -173,18 +122,18 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
     if not config.feeds:
         return
     for chunk in _chunked(sorted(net.removed), 1):
-        sql.execute(*remove_targets_sql(chunk))
+        sql.execute(*items.remove_targets_sql(chunk))
     # After the records writes: the remaining-follow check sees the follows these steps left.
-    width = 4 + 2 * max(map(len, justifying_tables(config).values()))
+    width = 4 + 2 * max(map(len, items.justifying_tables(config).values()))
     for chunk in _chunked(unfollow_triples(config, net.unfollows), width):
-        sql.execute(*unfollow_sql(config, chunk))
+        sql.execute(*items.unfollow_sql(config, chunk))
     for chunk in _chunked(sorted(net.resync.items()), 2):
-        sql.execute(*resync_sql(chunk))
+        sql.execute(*items.resync_sql(chunk))
     for feed in config.feeds.values():
         pairs = sorted(net.follows.get(config.collections[feed.follow].nsid, ()))
         for i in range(len(feed.targets)):
             for chunk in _chunked(pairs, 3):  # + nsid and limit
-                sql.execute(*backfill_sql(config, feed, i, chunk))
+                sql.execute(*items.backfill_sql(config, feed, i, chunk))
         _fan_out(config, feed, net, now)
 
 
@@ -202,7 +151,7 @@ def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
             heavy.update(r[0] for r in sql.rows(statement, params))
         if heavy:
             # Hybrid: readers merge these authors' posts from the records store instead.
-            sql.execute(*mark_heavy_sql(feed, sorted(heavy), now))
+            sql.execute(*heavy_authors.mark_heavy_sql(feed, sorted(heavy), now))
             rows = [row for row in rows if row[3] not in heavy]
     for chunk in _chunked(rows, 4):
-        sql.execute(*fan_out_sql(config, feed, chunk))
+        sql.execute(*items.fan_out_sql(config, feed, chunk))

@@ -24,7 +24,7 @@ from feather.db import db
 from feather.feeds.config import FeedsConfig
 from feather.feeds.read import query
 from feather.feeds.read.sources import SourceError, sources_for
-from feather.feeds.store import records, serial
+from feather.feeds.store import identities as cache, records, serial
 
 log = logging.getLogger(__name__)
 
@@ -114,26 +114,19 @@ def _lookup(app, profile_colls, work) -> dict:
 
 
 def _save(profile_colls, results: dict, known: dict, now: int) -> None:
-    upsert_handle = ("INSERT INTO feed_identities (did, handle, handle_checked_us) VALUES (?, ?, ?)"
-                       " ON CONFLICT (did) DO UPDATE SET handle = excluded.handle,"
-                       " handle_checked_us = excluded.handle_checked_us")
-    upsert_profile = ("INSERT INTO feed_identities (did, profile_checked_us) VALUES (?, ?)"
-                        " ON CONFLICT (did) DO UPDATE SET profile_checked_us = excluded.profile_checked_us")
     # A failure keeps what is known (a handle verified earlier stays) and moves only the check
     # time: far enough back that the next lookup comes LOOKUP_RETRY_US from now, not a TTL away.
-    retry_handle = ("INSERT INTO feed_identities (did, handle_checked_us) VALUES (?, ?)"
-                      " ON CONFLICT (did) DO UPDATE SET handle_checked_us = excluded.handle_checked_us")
     for (kind, did), value in sorted(results.items(), key=lambda kv: kv[0]):
         if kind == "handle":
             if value is FAILED:
-                sql.execute(retry_handle, (did, now - HANDLE_TTL_US + LOOKUP_RETRY_US))
+                cache.handle_checked(did, now - HANDLE_TTL_US + LOOKUP_RETRY_US)
             else:
-                sql.execute(upsert_handle, (did, value, now))
+                cache.save_handle(did, value, now)
             continue
         if value is FAILED:
-            sql.execute(upsert_profile, (did, now - PROFILE_TTL_US + LOOKUP_RETRY_US))
+            cache.profile_checked(did, now - PROFILE_TTL_US + LOOKUP_RETRY_US)
             continue
-        sql.execute(upsert_profile, (did, now))
+        cache.profile_checked(did, now)
         for c, cid, record in value:
             records.store_if_absent(c, uri=f"at://{did}/{c.nsid}/self", did=did, rkey="self", cid=cid,
                                     record=record, time_us=records.record_time_us(record, now))

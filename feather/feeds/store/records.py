@@ -1,4 +1,6 @@
-"""The records store: one table per configured collection, written by ingest and backfill."""
+"""The records store: one table per configured collection, written by ingest and backfill, and
+feed_tombstones. This module alone writes them (docs/design.md, "Tables by owner"): the records
+sweep (tasks/records_sweep.py) decides whose records go, the statements are here."""
 from __future__ import annotations
 
 import json
@@ -177,6 +179,18 @@ def sweep_tombstones(before_us: int) -> int:
 def delete_many(c: Collection, uris: list[str]) -> None:
     for chunk in chunks(sorted(uris), 1):
         sql.execute(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})", chunk)
+
+
+def drop_author_sql(table: str, did: str):
+    """Every record of did in one records table (the (did, time_us) index's prefix)."""
+    return f"DELETE FROM {table} WHERE did = ?", (did,)
+
+
+def trim_author_sql(table: str, did: str, cap: int):
+    """did's records older than their cap-th newest; ties with it stay, like the prune."""
+    return (f"DELETE FROM {table} WHERE did = ? AND time_us < ("
+            f"SELECT time_us FROM {table} WHERE did = ? ORDER BY time_us DESC LIMIT 1 OFFSET ?)",
+            (did, did, max(0, cap - 1)))
 
 
 def parse_value(text: str | None):

@@ -4,7 +4,8 @@ Sign-ins and readers arrive in web processes while one other process ingests, so
 lives here: feed_actors (readers and sign-ins recorded by feeds), every account that ever signed
 in (auth's auth_grant, read only), plus the config's `actors`. Every change to who is served, or
 to whom a served actor follows, bumps feed_admission_state.version; the ingest filter
-(ingest/admission.py) rebuilds its in-memory sets when it moved.
+(ingest/admission.py) rebuilds its in-memory sets when it moved. This module alone writes
+feed_actors and feed_admission_state (docs/design.md, "Tables by owner").
 """
 from __future__ import annotations
 
@@ -73,6 +74,15 @@ def serve(did: str, source: str) -> bool:
     if added:
         bump()
     return added
+
+
+def forget(did: str) -> bool:
+    """did is no longer recorded as served ("delete my data"); True (and the version bumped, so the
+    ingesting process rebuilds its filter) when it was."""
+    removed = sql.execute("DELETE FROM feed_actors WHERE did = ?", (did,)).rowcount > 0
+    if removed:
+        bump()
+    return removed
 
 
 def readers() -> int:

@@ -23,10 +23,9 @@ from feather import sql
 from feather.atproto.syntax import is_valid_record_key
 from feather.db import db
 from feather.feeds.config import Collection, FeedsConfig
-from feather.feeds.ingest import fanout
 from feather.feeds.read.sources import SourceError, sources_for
-from feather.feeds.store import records, serial
-from feather.feeds.store.bookkeeping import ALL_COLLECTIONS, mark_dirty
+from feather.feeds.store import fetches, items, records, serial
+from feather.feeds.store.prune_state import mark_dirty
 from feather.feeds.store.schema import subject_expr
 from feather.feeds.store.served import keeps
 
@@ -97,7 +96,7 @@ def fan_in(config: FeedsConfig, did: str) -> int:
         followers = [row[0] for row in sql.rows(followers_sql(config, table), (did,))]
         for follower in followers:
             for i in range(len(feed.targets)):
-                statement, params = fanout.follow_backfill_sql(config, feed, i, follower, did)
+                statement, params = items.follow_backfill_sql(config, feed, i, follower, did)
                 inserted += sql.execute(statement, params).rowcount
     return inserted
 
@@ -125,17 +124,14 @@ def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
                 n = attempts[did] + 1
                 log.info("feeds: fetching %s failed (attempt %d): %s", did, n, error)
                 give_up = n >= MAX_ATTEMPTS
-                sql.execute("UPDATE feed_fetches SET attempts = ?, requested_us = ?, fetched_us = ?"
-                            " WHERE did = ? AND collection = ?",
-                            (n, now_us + RETRY_BASE_US * 2 ** n, now_us if give_up else None, did, ALL_COLLECTIONS))
+                fetches.retry(did, n, now_us + RETRY_BASE_US * 2 ** n, now_us if give_up else None)
                 continue
             serial.lock_writes()
             for c, items in got:
                 _store(c, did, items, now_us)
             if fan_in(config, did):
                 mark_dirty()
-            sql.execute("UPDATE feed_fetches SET fetched_us = ? WHERE did = ? AND collection = ?",
-                        (now_us, did, ALL_COLLECTIONS))
+            fetches.fetched(did, now_us)
             done += 1
     return done
 
@@ -172,9 +168,7 @@ def backfill_listing(app, config: FeedsConfig, c: Collection, did: str, admit=No
     with db.atomic():
         serial.lock_writes()
         _store(c, did, items, now)
-        sql.execute("INSERT INTO feed_fetches (did, collection, requested_us, fetched_us) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (did, collection) DO UPDATE SET fetched_us = excluded.fetched_us",
-                    (did, c.nsid, now, now))
+        fetches.listed(did, c.nsid, now)
     return None
 
 

@@ -24,7 +24,7 @@ from feather.db import db
 from feather.atproto.syntax import is_valid_did
 from feather.feeds.config import Feed, FeedsConfig
 from feather.feeds.read.sources import SourceError, sources_for
-from feather.feeds.store import bookkeeping, records, serial, served
+from feather.feeds.store import backfills, fetches, items, records, serial, served
 from feather.feeds.store.schema import subject_expr
 from feather.feeds.tasks import prune
 
@@ -36,11 +36,6 @@ BACKFILL_STALE_MS = 5 * 60 * 1000
 RETRY_BASE_MS = 60 * 1000
 WRITE_CHUNK = 100
 _GREENLETS = "feeds_backfill_greenlets"
-
-
-def _state(actor: str, feed: str):
-    return sql.one("SELECT completed, started_at, retries FROM feed_backfills WHERE actor = ? AND feed = ?",
-                   (actor, feed))
 
 
 def wait_ms(retries: int) -> int:
@@ -65,19 +60,13 @@ def claim(actor: str, feed: str, now: int, row=_UNREAD) -> bool:
     """True when this caller now owns the backfill of (actor, feed) and must run it. row: the
     feed_backfills row the caller already read in this transaction (None: there is none)."""
     if row is _UNREAD:
-        row = _state(actor, feed)
+        row = backfills.state(actor, feed)
     if row is None:
-        cur = sql.execute("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
-                          " VALUES (?, ?, 0, 0, ?) ON CONFLICT DO NOTHING", (actor, feed, now))
-        return cur.rowcount == 1
+        return backfills.claim_new(actor, feed, now)
     if not wants_claim(row, now):
         return False  # done, in flight, or resting after a failure
-    started_at = row[1]
     # Compare-and-set on the value we read, so two readers cannot both take a stale claim.
-    cur = sql.execute("UPDATE feed_backfills SET started_at = ? WHERE actor = ? AND feed = ? AND completed = 0"
-                      " AND " + ("started_at IS NULL" if started_at is None else "started_at = ?"),
-                      (now, actor, feed) + (() if started_at is None else (started_at,)))
-    return cur.rowcount == 1
+    return backfills.reclaim(actor, feed, now, row[1])
 
 
 def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
@@ -87,7 +76,7 @@ def maybe_start(app, config: FeedsConfig, feed: Feed, actor: str,
     budget is spent) nothing is claimed, and a later read tries again."""
     with db.atomic():
         now = sql.now_ms()
-        row = _state(actor, feed.name)  # read once: the budget's question and the claim share it
+        row = backfills.state(actor, feed.name)  # read once: the budget's question and the claim share it
         if admit is not None and wants_claim(row, now) and not admit():
             return None
         claimed = claim(actor, feed.name, now, row)
@@ -152,8 +141,7 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
         if app.config["FEATHER"].feed_serve != "all":
             admit_followees(config, feed, actor)
         if finished:
-            sql.execute("UPDATE feed_backfills SET completed = 1, last_error = NULL, started_at = NULL"
-                        " WHERE actor = ? AND feed = ?", (actor, feed.name))
+            backfills.complete(actor, feed.name)
         else:
             _fail(actor, feed.name, f"follow backfill incomplete (inserted={inserted}): {error}")
     return finished
@@ -161,8 +149,7 @@ def _run(app, config: FeedsConfig, feed: Feed, actor: str) -> bool:
 
 def _fail(actor: str, feed: str, message: str) -> None:
     """Record a failed attempt; its stamp (the failure's time) holds the next claim off for wait_ms."""
-    sql.execute("UPDATE feed_backfills SET retries = retries + 1, last_error = ?, started_at = ?"
-                " WHERE actor = ? AND feed = ?", (message[:1000], sql.now_ms(), actor, feed))
+    backfills.fail(actor, feed, message, sql.now_ms())
 
 
 def _store(follow, actor: str, items: list) -> int:
@@ -185,7 +172,7 @@ def admit_followees(config: FeedsConfig, feed: Feed, actor: str) -> int:
     """Under admission the store holds nothing yet of the people a new actor follows: queue them
     for a fetch from their PDS and tell the ingesting process to start admitting them."""
     rows = sql.rows(followees_sql(config, feed), (actor,))
-    queued = bookkeeping.request(row[0] for row in rows if isinstance(row[0], str) and row[0].startswith("did:"))
+    queued = fetches.request(row[0] for row in rows if isinstance(row[0], str) and row[0].startswith("did:"))
     served.bump()
     return queued
 
@@ -219,9 +206,7 @@ def bootstrap(config: FeedsConfig, feed: Feed, actor: str) -> int:
                 elif entry > best[0]:
                     heapq.heapreplace(best, entry)
         for time_us, uri in best:
-            added += sql.execute("INSERT INTO feed_items (actor, uri, collection, time_us)"
-                                 " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                                 (actor, uri.value, target.nsid, time_us)).rowcount
+            added += items.insert(actor, uri.value, target.nsid, time_us)
     caps = config.target_caps()  # the global prune's caps: never trim below another feed's
     prune.prune_actor(actor, {t.nsid: caps[t.nsid] for t in feed.targets})
     return added

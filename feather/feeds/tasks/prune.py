@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from feather import sql
 from feather.db import db
 from feather.feeds.config import FeedsConfig
-from feather.feeds.store import serial, served
+from feather.feeds.store import items, prune_state, serial, served
+from feather.feeds.store.prune_state import PruneState
 from feather.feeds.tasks import records_sweep
 
 log = logging.getLogger(__name__)
@@ -32,22 +33,6 @@ class SweepResult:
     done: bool
 
 
-@dataclass(frozen=True)
-class PruneState:
-    cursor: str | None
-    dirty: bool
-    last_full_pass_ms: int
-    last_slice_ms: int
-
-
-def cutoff_delete_sql(actor: str, nsid: str, cap: int):
-    """Contrail's actorCutoffDelete: rows older than the cap-th newest go; ties with it stay."""
-    return ("DELETE FROM feed_items WHERE actor = ? AND collection = ? AND time_us < ("
-            "SELECT time_us FROM feed_items WHERE actor = ? AND collection = ?"
-            " ORDER BY time_us DESC LIMIT 1 OFFSET ?)",
-            (actor, nsid, actor, nsid, max(0, cap - 1)))
-
-
 def actors_page_sql(cursor: str | None, budget: int):
     if cursor is None:
         return "SELECT DISTINCT actor FROM feed_items ORDER BY actor LIMIT ?", (budget,)
@@ -58,8 +43,7 @@ def prune_actor(actor: str, caps: dict[str, int]) -> int:
     """Contrail's pruneActorFeed: the number of rows deleted for this actor."""
     deleted = 0
     for nsid, cap in sorted(caps.items()):
-        statement, params = cutoff_delete_sql(actor, nsid, cap)
-        deleted += sql.execute(statement, params).rowcount
+        deleted += items.cutoff_delete(actor, nsid, cap)  # Contrail's actorCutoffDelete
     return deleted
 
 
@@ -80,40 +64,34 @@ def sweep(caps: dict[str, int], cursor: str | None, budget: int, keep: set[str] 
             serial.lock_writes()
             for actor in actors[start:start + SWEEP_BATCH_ACTORS]:
                 if keep is not None and actor not in keep:
-                    pruned += records_sweep.drop_unserved_feed(actor)
+                    pruned += items.drop_actor(actor)  # nobody serves them: no timeline
                 else:
                     pruned += prune_actor(actor, caps)
     done = len(actors) < budget
     return SweepResult(pruned, None if done else actors[-1], done)
 
 
-# --- the persisted state ----------------------------------------------------------------------
+# --- the persisted state (store/prune_state.py) ------------------------------------------------
 
 def load_state() -> PruneState:
-    row = sql.one("SELECT actor, dirty, last_full_pass_ms, last_slice_ms FROM feed_prune_state WHERE id = 1")
-    return PruneState(row[0], bool(row[1]), int(row[2]), int(row[3]))
-
-
-def save_cursor(cursor: str | None) -> None:
-    """Saving None clears the cursor (the next slice starts a pass from the first actor)."""
-    sql.execute("UPDATE feed_prune_state SET actor = ? WHERE id = 1", (cursor,))
+    return prune_state.load()
 
 
 def run_slice(caps: dict[str, int], budget: int, keep: set[str] | None = None) -> SweepResult:
     """Contrail's runFeedPruneSlice: load the cursor, sweep one slice, save where it stopped."""
     result = sweep(caps, load_state().cursor, budget, keep)
     with db.atomic():
-        save_cursor(result.next_cursor)
+        prune_state.save_cursor(result.next_cursor)
     return result
 
 
 def _slice_and_stamp(caps: dict[str, int], settings, now_ms: int, keep: set[str] | None = None) -> SweepResult:
     result = run_slice(caps, settings.feed_prune_sweep_actors, keep)
     with db.atomic():
-        sql.execute("UPDATE feed_prune_state SET last_slice_ms = ? WHERE id = 1", (now_ms,))
+        prune_state.stamp_slice(now_ms)
         if result.done:
             # The recovery clock measures from the last *completed* full pass, not the last slice.
-            sql.execute("UPDATE feed_prune_state SET last_full_pass_ms = ? WHERE id = 1", (now_ms,))
+            prune_state.stamp_full_pass(now_ms)
     return result
 
 
@@ -132,7 +110,7 @@ def prune_tick(config: FeedsConfig, settings, now_ms: int | None = None) -> Swee
             return None
         if dirty_due:
             # Cleared before the slice: a batch committing meanwhile sets it again for the next tick.
-            sql.execute("UPDATE feed_prune_state SET dirty = 0 WHERE id = 1")
+            prune_state.clear_dirty()
     keep = served.served_set(config) if settings.feed_serve != served.ALL else None
     result = _slice_and_stamp(caps, settings, now_ms, keep)
     if keep is not None:

@@ -10,7 +10,8 @@ Admission keeps new unrelated records out; this gives back what stops mattering 
 It walks each records table author by author (DISTINCT did off the (did, time_us) index, after
 a saved cursor), FEED_PRUNE_SWEEP_ACTORS authors per slice, and moves to the next table when
 one is done, so a slice costs the same however large the store is. Every statement is bounded by
-an index (tests/test_feeds_explain.py). It runs only when FEED_SERVE is not `all`: an operator
+an index (tests/test_feeds_explain.py); the deletes are the tables' owners' (store/records.py,
+store/fetches.py), the cursor is in feed_prune_state (store/prune_state.py). It runs only when FEED_SERVE is not `all`: an operator
 who asked for a full index keeps everything.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from feather import sql
 from feather.db import db
 from feather.feeds.config import Collection, FeedsConfig
-from feather.feeds.store import serial, served
+from feather.feeds.store import fetches, prune_state, records, serial, served
 from feather.feeds.store.schema import subject_expr
 
 BATCH_AUTHORS = 50  # authors per write transaction, so ingest never waits on a whole slice
@@ -44,20 +45,6 @@ def followed_sql(follow_table: str) -> str:
     return f"SELECT 1 FROM {follow_table} r WHERE {subject_expr('r')} = ? LIMIT 1"
 
 
-def drop_author_sql(table: str, did: str):
-    return f"DELETE FROM {table} WHERE did = ?", (did,)
-
-
-def trim_author_sql(table: str, did: str, cap: int):
-    return (f"DELETE FROM {table} WHERE did = ? AND time_us < ("
-            f"SELECT time_us FROM {table} WHERE did = ? ORDER BY time_us DESC LIMIT 1 OFFSET ?)",
-            (did, did, max(0, cap - 1)))
-
-
-def forget_fetches_sql(did: str):
-    return "DELETE FROM feed_fetches WHERE did = ?", (did,)
-
-
 def _tables(config: FeedsConfig) -> list[Collection]:
     return sorted(config.collections.values(), key=lambda c: c.short)
 
@@ -76,24 +63,15 @@ def sweep_author(config: FeedsConfig, c: Collection, did: str, serving: set[str]
     else:
         keep = did in serving or _followed(config, did)
     if not keep:
-        removed = sql.execute(drop_author_sql(c.table, did)[0], (did,)).rowcount
-        # So that following them again fetches their past records afresh (authors.request).
-        sql.execute(forget_fetches_sql(did)[0], (did,))
+        removed = sql.execute(*records.drop_author_sql(c.table, did)).rowcount
+        # So that following them again fetches their past records afresh (fetches.request).
+        fetches.forget(did)
         return removed
     cap = config.target_caps().get(c.nsid)
     if cap is None:
         return 0
-    statement, params = trim_author_sql(c.table, did, cap)
+    statement, params = records.trim_author_sql(c.table, did, cap)
     return sql.execute(statement, params).rowcount
-
-
-def load_cursor() -> tuple[str | None, str | None]:
-    row = sql.one("SELECT records_table, records_did FROM feed_prune_state WHERE id = 1")
-    return row[0], row[1]
-
-
-def save_cursor(table: str | None, did: str | None) -> None:
-    sql.execute("UPDATE feed_prune_state SET records_table = ?, records_did = ? WHERE id = 1", (table, did))
 
 
 def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
@@ -102,7 +80,7 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
     if not tables or budget <= 0:
         return RecordsSweep(0, 0, None, None)
     serving = served.served_set(config)
-    short, after = load_cursor()
+    short, after = prune_state.records_cursor()
     index = next((i for i, c in enumerate(tables) if c.short == short), 0)
     if short is not None and tables[index].short != short:
         after = None  # the table left the config: start over
@@ -127,10 +105,6 @@ def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:
     else:
         next_table, next_did = tables[index].short, after
     with db.atomic():
-        save_cursor(next_table, next_did)
+        prune_state.save_records_cursor(next_table, next_did)
     return RecordsSweep(visited, removed, next_table, next_did)
 
-
-def drop_unserved_feed(actor: str) -> int:
-    """An actor nobody serves any more keeps no timeline (feed_items' primary key prefix)."""
-    return sql.execute("DELETE FROM feed_items WHERE actor = ?", (actor,)).rowcount

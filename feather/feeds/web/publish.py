@@ -6,7 +6,7 @@ getFeedSkeleton's `feed`). The record key is the feed's name in the feeds config
 again updates the same record (putRecord) and unpublishing deletes it. Writing to someone's repo
 needs their permission for exactly this collection (REPO_SCOPE, asked for by the page when the
 operator clicks Publish), and only operators (FEATHERREADER_ADMIN_DIDS) may do it.
-feed_generators remembers what was published so the generator can answer for it.
+feed_generators remembers what was published so the generator can answer for it (store/generators.py).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import unicodedata
 from feather import sql
 from feather.db import db
 from feather.feeds.config import FeedsConfig
+from feather.feeds.store import generators
 from feather.feeds.web.generator import GENERATOR, post_target
 
 REPO_SCOPE = f"repo:{GENERATOR}"
@@ -84,10 +85,7 @@ def publish(client, config: FeedsConfig, publisher: str, feed_name: str, display
     made = client.put_record(publisher, GENERATOR, feed_name, record(service_did, name, desc, _now_iso()))
     uri = f"at://{publisher}/{GENERATOR}/{feed_name}"
     with db.atomic():  # the network call is done; one short write
-        sql.execute("INSERT INTO feed_generators (uri, publisher_did, rkey, feed, cid, display_name, description,"
-                    " published_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO UPDATE SET cid = excluded.cid,"
-                    " display_name = excluded.display_name, description = excluded.description",
-                    (uri, publisher, feed_name, feed_name, made.get("cid"), name, desc, sql.now_us()))
+        generators.remember(uri, publisher, feed_name, feed_name, made.get("cid"), name, desc, sql.now_us())
     return uri
 
 
@@ -96,7 +94,7 @@ def unpublish(client, publisher: str, feed_name: str) -> str:
     uri = f"at://{publisher}/{GENERATOR}/{feed_name}"
     client.delete_record(publisher, GENERATOR, feed_name)
     with db.atomic():
-        sql.execute("DELETE FROM feed_generators WHERE uri = ?", (uri,))
+        generators.forget(uri)
     return uri
 
 

@@ -1,0 +1,153 @@
+"""feed_items, the timelines: this module alone writes it (docs/design.md, "Tables by owner").
+
+Every statement that inserts, moves or deletes timeline rows is built (or run) here; what to
+write, and when, stays with its caller:
+- ingest's batch (ingest/batch.py write): the fan-out of a batch's target records, its follows'
+  backfill, its unfollows, its deleted targets and the time resync of its edited ones;
+- the author fetch (tasks/authors.py fan_in): one follow's backfill;
+- the first-read backfill (tasks/backfill.py bootstrap): the merged newest rows, one by one;
+- the prune (tasks/prune.py): an actor's rows past the cap; an actor nobody serves any more
+  loses the whole timeline (the prune sweep, and "delete my data" in personal.py).
+
+Each is built by a `*_sql` function so the EXPLAIN guardrail (tests/test_feeds_explain.py)
+plans exactly what runs. The unfollow rule (which rows leave a feed, and which follow tables can
+still justify them) lives here too: it is the WHERE of the unfollow delete.
+"""
+from __future__ import annotations
+
+from feather import sql
+from feather.db import current_dialect
+from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.store.schema import subject_expr
+
+
+# --- the unfollow rule --------------------------------------------------------------------------
+
+def justifying_tables(config: FeedsConfig) -> dict[str, set[str]]:
+    """Target nsid -> the follow tables of every feed with that target.
+
+    feed_items has no feed column: feeds that share a target share its rows, whichever follow
+    collection put them there, so a follow in any of those tables keeps the subject's rows: a
+    second follow record of the same subject (Bluesky keeps duplicates), or the same follow on
+    another app's graph whose feed shows that target."""
+    out: dict[str, set[str]] = {}
+    for feed in config.feeds.values():
+        for t in feed.targets:
+            out.setdefault(t.nsid, set()).add(config.collections[feed.follow].table)
+    return out
+
+
+def unfollow_range(subject: str, nsid: str) -> tuple[str, str]:
+    """The uri range of the subject's records of nsid: `0` is the byte after `/`, and uri
+    compares byte-wise (d.byte_text)."""
+    prefix = f"at://{subject}/{nsid}/"
+    return prefix, prefix[:-1] + "0"
+
+
+def unfollow_clause(config: FeedsConfig, follower: str, subject: str, nsid: str) -> tuple[str, tuple]:
+    """One unfollow's WHERE clause: the subject's rows of nsid leave the follower's feed, unless a
+    follow still justifies them: the key prefix (actor, collection), then the uri prefix among those
+    rows. unfollow_sql ORs one per unfollow.
+
+    Bounded by the follower's own feed of that collection (its cap, between prune sweeps), not by
+    how much the subject ever posted or how many others follow them; each remaining-follow check
+    is one probe of a follow table's (subject, did) index.
+
+    It runs after the step's own record write, so the follow being dropped is gone (or points
+    elsewhere) and any follow the check finds is another one."""
+    tables = sorted(justifying_tables(config)[nsid])
+    keep = "".join(f" AND NOT EXISTS (SELECT 1 FROM {t} r WHERE {subject_expr('r')} = ? AND r.did = ?)"
+                   for t in tables)
+    return (f"actor = ? AND collection = ? AND uri >= ? AND uri < ?{keep}",
+            (follower, nsid, *unfollow_range(subject, nsid), *([subject, follower] * len(tables))))
+
+
+# --- ingest's batch statements (ingest/batch.py) -------------------------------------------------
+
+def fan_out_sql(config: FeedsConfig, feed: Feed, rows: list[tuple]):
+    """rows: (uri, nsid, time_us, author). Every follower of each author gets the record."""
+    d = current_dialect()
+    follow = config.collections[feed.follow].table
+    return (f"{d.values_cte('t', ('uri', 'collection', 'time_us', 'author'), len(rows))}"
+            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT r.did, t.uri, t.collection, t.time_us FROM t, {follow} r WHERE {subject_expr('r')} = t.author"
+            f" ON CONFLICT DO NOTHING", [v for row in rows for v in row])
+
+
+def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list[tuple[str, str]]):
+    """Each (follower, subject): the subject's newest `followBackfill` records of this target
+    (never more than its cap), newest first with the uri tie-break, as follow_backfill_sql
+    does for one pair."""
+    d = current_dialect()
+    target = feed.targets[target_index]
+    table = config.collections[target.short].table
+    n = min(feed.follow_backfill, target.cap)
+    join = d.newest_per_row(table, "r", "r_n.did = v.subject", "r_n.time_us DESC, r_n.uri ASC")
+    return (f"{d.values_cte('v', ('actor', 'subject'), len(pairs))}"
+            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT v.actor, r.uri, ?, r.time_us FROM v {join} WHERE true ON CONFLICT DO NOTHING",
+            [*(v for pair in pairs for v in pair), target.nsid, n])
+
+
+def unfollow_sql(config: FeedsConfig, triples: list[tuple[str, str, str]]):
+    """(follower, subject, target nsid): one key prefix each (unfollow_clause)."""
+    clauses, params = [], []
+    for triple in triples:
+        clause, values = unfollow_clause(config, *triple)
+        clauses.append(f"({clause})")
+        params += values
+    return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
+
+
+def remove_targets_sql(uris: list[str]):
+    return f"DELETE FROM feed_items WHERE uri IN ({', '.join('?' * len(uris))})", list(uris)
+
+
+def resync_sql(times: list[tuple[str, int]]):
+    """Rows of these records take the record's time (only rows that differ are written): a
+    VALUES table joined on the uri index, so a batch of new records costs one probe each."""
+    d = current_dialect()
+    return (f"{d.values_cte('v', ('uri', 'time_us'), len(times))}"
+            f" UPDATE feed_items SET time_us = v.time_us FROM v"
+            f" WHERE feed_items.uri = v.uri AND feed_items.time_us <> v.time_us", [x for row in times for x in row])
+
+
+# --- one follow, one actor ----------------------------------------------------------------------
+
+def follow_backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, follower: str, subject: str):
+    """The subject's newest `followBackfill` records (never more than the target's cap): what the
+    author fetch (tasks/authors.py fan_in) copies into one follower's feed."""
+    target = feed.targets[target_index]
+    table = config.collections[target.short].table
+    n = min(feed.follow_backfill, target.cap)
+    return (f"INSERT INTO feed_items (actor, uri, collection, time_us)"
+            f" SELECT ?, r.uri, ?, r.time_us FROM {table} r WHERE r.did = ?"
+            f" ORDER BY r.time_us DESC, r.uri ASC LIMIT ? ON CONFLICT DO NOTHING",
+            (follower, target.nsid, subject, n))
+
+
+def insert(actor: str, uri: str, nsid: str, time_us: int) -> int:
+    """One row (the first-read bootstrap's); 1 if it was not there yet."""
+    return sql.execute("INSERT INTO feed_items (actor, uri, collection, time_us)"
+                       " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", (actor, uri, nsid, time_us)).rowcount
+
+
+def cutoff_delete_sql(actor: str, nsid: str, cap: int):
+    """Contrail's actorCutoffDelete: rows older than the cap-th newest go; ties with it stay."""
+    return ("DELETE FROM feed_items WHERE actor = ? AND collection = ? AND time_us < ("
+            "SELECT time_us FROM feed_items WHERE actor = ? AND collection = ?"
+            " ORDER BY time_us DESC LIMIT 1 OFFSET ?)",
+            (actor, nsid, actor, nsid, max(0, cap - 1)))
+
+
+def cutoff_delete(actor: str, nsid: str, cap: int) -> int:
+    return sql.execute(*cutoff_delete_sql(actor, nsid, cap)).rowcount
+
+
+def drop_actor_sql(actor: str):
+    """The actor's whole timeline (feed_items' primary key prefix)."""
+    return "DELETE FROM feed_items WHERE actor = ?", (actor,)
+
+
+def drop_actor(actor: str) -> int:
+    return sql.execute(*drop_actor_sql(actor)).rowcount
