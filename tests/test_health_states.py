@@ -234,7 +234,7 @@ def test_admin_shows_the_catalogue_and_timeline_figures(make_app):
 
 
 def test_admin_timeline_counts_stop_at_the_cap_and_seek_actor_to_actor(make_app, monkeypatch):
-    from feather.admin import sections
+    from feather.feeds.read import operator as sections
     from tests.test_feeds_explain import plan, unbounded_scans
 
     app = make_app(FEATHERREADER_ADMIN_DIDS=OPERATOR)
@@ -296,5 +296,5 @@ def test_operator_status_gathers_the_figures_of_every_feature_extras_included(ma
     app = make_app(FEATHERREADER_EXTRA_FEATURES="tests_status_feature")
     with app.app_context(), db.connection_context():
         found = features.operator_status(app.config["FEATHER"])
-    assert list(found) == ["feather.network", "feather.sync", "tests_status_feature"]
+    assert list(found) == ["feather.feeds", "feather.network", "feather.sync", "tests_status_feature"]
     assert found["tests_status_feature"] == {"widgets": 3}

@@ -48,7 +48,7 @@ def gather() -> dict:
         "tasks": verdict.tasks,
         "catalogue": figures.get("feather.network"),
         "sync": figures.get("feather.sync"),
-        "timelines": sections.timelines(tables),
+        "timelines": figures.get("feather.feeds"),
         "database": sections.database(settings),
         "now": time.time(),
     }

@@ -22,6 +22,7 @@ from feather.features import Job
 from feather.feeds import personal
 from feather.feeds.config import FeedsConfig, FeedsConfigError, load
 from feather.feeds.ingest.apply import handler
+from feather.feeds.read import operator
 from feather.feeds.store import schema
 from feather.feeds.tasks.authors import FETCH_TICK_SECS, fetch_tick
 from feather.feeds.tasks.backfill import on_sign_in
@@ -81,6 +82,11 @@ def _init_pages(app, settings) -> None:
     app.register_blueprint(publish_views.bp)
     app.cli.add_command(publish_views.feeds_cli)
     generator.init_app(app, settings)
+
+
+def operator_status(settings) -> dict | None:
+    """The timelines' figures for /admin (feather/features.py collects them)."""
+    return operator.status()
 
 
 def subscriptions(settings) -> list:
