@@ -95,7 +95,9 @@ def _sources():
 
 
 def test_only_the_handler_delete_branch_inserts_an_unfollow_row():
-    found = []
+    """The unfollow insert lives in the queue's one function for it (the queue module writes
+    sync_queue), and the handler's delete branch is the only code that calls that function."""
+    found, callers = [], []
     for path, text in _sources():
         tree = ast.parse(text)
         for node in ast.walk(tree):
@@ -103,7 +105,14 @@ def test_only_the_handler_delete_branch_inserts_an_unfollow_row():
                 body = ast.get_source_segment(text, node) or ""
                 if re.search(r"INSERT INTO sync_queue.{0,400}?'unfollow'", body, re.S):
                     found.append((path.relative_to(FEATHER).as_posix(), node.name))
-    assert found == [("sync/handler.py", "follow_deleted")]
+                for call in ast.walk(node):
+                    func = getattr(call, "func", None) if isinstance(call, ast.Call) else None
+                    if getattr(func, "attr", getattr(func, "id", None)) == "enqueue_observed_unfollow":
+                        callers.append((path.relative_to(FEATHER).as_posix(), node.name))
+        assert "enqueue_observed_unfollow" not in text.replace("def enqueue_observed_unfollow", "") or \
+            path.name in ("handler.py",), f"{path} names the unfollow insert without calling it from the handler"
+    assert found == [("sync/queue.py", "enqueue_observed_unfollow")]
+    assert callers == [("sync/handler.py", "follow_deleted")]
 
 
 def test_every_queue_insert_names_its_kind_literally():
@@ -116,7 +125,7 @@ def test_every_queue_insert_names_its_kind_literally():
             columns = [c.strip() for c in match.group(1).split(",")]
             values = [v.strip() for v in match.group(2).split(",")]
             kinds.append((path.name, values[columns.index("kind")]))
-    assert sorted(kinds) == [("handler.py", "'unfollow'"), ("queue.py", "'follow'")]
+    assert sorted(kinds) == [("queue.py", "'follow'"), ("queue.py", "'unfollow'")]
 
 
 def test_backfill_sweep_runner_and_service_never_import_the_handler():

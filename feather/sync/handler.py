@@ -95,11 +95,8 @@ def follow_deleted(sets: _Sets, event: CommitEvent, now: int) -> None:
     if app.key in queue.live_on(owner, subject):
         return  # one of two duplicate records went: cleanup, not an unfollow
     for other_app, rkey in queue.records_born_before(owner, subject, event.time_us):
-        # The one unfollow insert in the code base (see the module docstring and tests/test_sync_apps.py).
-        sql.execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status,"
-                    " created_at, updated_at)"
-                    " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)",
-                    (owner, other_app, subject, rkey, now, now))
+        # The one call that queues an unfollow (see the module docstring and tests/test_sync_apps.py).
+        queue.enqueue_observed_unfollow(owner, other_app, subject, rkey, now)
     queue.cancel_pending_follows(owner, subject, now, event.time_us)
     queue.forget_waiting_of(owner, subject)
     # A record born after this delete is a follow the owner made since; a listing can mirror it

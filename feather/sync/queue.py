@@ -34,6 +34,13 @@ def enqueue_follow(owner: str, app: str, subject: str, origin: str, now: int, ca
     return True
 
 
+def enqueue_observed_unfollow(owner: str, app: str, subject: str, rkey: str, now: int) -> None:
+    """Queue the unfollow of one record. Only the handler's delete branch calls this, for a delete
+    the owner made (tests/test_sync_apps.py holds the code base to that)."""
+    sql.execute("INSERT INTO sync_queue (owner_did, app, kind, subject, rkey, origin, status, created_at, updated_at)"
+                " VALUES (?, ?, 'unfollow', ?, ?, 'event', 'pending', ?, ?)", (owner, app, subject, rkey, now, now))
+
+
 def born_of_listed(rkey: str, now: int) -> int:
     """A listed record's birth: its TID's time (follow rkeys are TIDs), else the listing time."""
     return decode_tid(rkey)[0] if is_valid_tid(rkey) else now * 1_000_000
