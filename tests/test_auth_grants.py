@@ -1,7 +1,6 @@
 """Grants at rest and the refresh lease, with a fake refresher (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
-import time
 
 import gevent
 import pytest
@@ -214,9 +213,8 @@ def test_a_live_lease_makes_others_wait_then_read_the_new_token(app, store, monk
             store.save(grant(access="access-from-other"))
 
     gevent.spawn(other_worker_finishes)
-    started = time.monotonic()
-    assert store.refresh_after_rejection(DID, "access-0").access == "access-from-other"
-    assert store.refresher.calls == [] and time.monotonic() - started >= 0.2
+    assert store.refresh_after_rejection(DID, "access-0").access == "access-from-other"  # it waited for the save
+    assert store.refresher.calls == []
 
 
 def test_saving_a_new_grant_reactivates_the_account(store):

@@ -6,7 +6,7 @@ import gevent
 import pytest
 
 from feather.db import db
-from feather.jetstream import writer
+from feather.jetstream import store as jstore, writer
 from feather.jetstream.engine import Engine
 from feather.jetstream.tuning import Tuning
 from tests.support import mirror_feature
@@ -60,7 +60,12 @@ def test_forced_drop_resumes_from_cursor_with_no_gap_and_no_duplicate(engine_for
     jetstream.append(first)
     expected, _ = mirror_feature.expected_state(first)
     wait_until(lambda: rows() == expected, message="first half applied")
-    gevent.sleep(1.2)  # let the cursor save land
+    stream = engine.streams["global"]
+
+    def saved_covers_applied():
+        with db.connection_context():
+            return stream.cursor is not None and jstore.load_cursor("global") == stream.cursor
+    wait_until(saved_covers_applied, message="the saved cursor to reach the last applied event")
     assert jetstream.drop() == 1
     second = mixed_log(400, seed=2)
     jetstream.append(second)  # appended while the consumer is away: replay must bring it
