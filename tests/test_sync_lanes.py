@@ -102,15 +102,21 @@ def runner(app, writer, holder, clock):
 
 def tick_in_greenlet(app, r, start: gevent.event.Event, **kw):
     """r.tick() in a greenlet of its own, on a connection already open, once start is set (so two
-    ticks begin their lease transactions at the same moment)."""
+    ticks begin their lease transactions at the same moment). The greenlet's `.ready_to_start`
+    is set once its connection is open."""
     from feather.db import db
+
+    opened = gevent.event.Event()
 
     def go():
         with app.app_context(), db.connection_context():
             db.execute_sql("SELECT 1")
+            opened.set()
             start.wait()
             return r.tick(**kw)
-    return gevent.spawn(go)
+    greenlet = gevent.spawn(go)
+    greenlet.ready_to_start = opened
+    return greenlet
 
 
 # --- leasing
@@ -241,7 +247,8 @@ def test_two_runners_ticking_at_once_run_eight_lanes_between_them_not_sixteen(ct
     start = gevent.event.Event()
     ga = tick_in_greenlet(ctx, runner(ctx, wa, "proc-a", clock), start)
     gb = tick_in_greenlet(ctx, runner(ctx, wb, "proc-b", clock), start)
-    gevent.sleep(0.2)  # both connections open
+    for greenlet in (ga, gb):
+        assert greenlet.ready_to_start.wait(10), "a tick's connection did not open"
     start.set()
     gevent.joinall([ga, gb], raise_error=True, timeout=30)
     assert ga.value + gb.value == 8
