@@ -380,6 +380,7 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark, database_url:
          f"{brief(one.state())}")
     before = set(js.stats()["last_filter"])
     svc.kill9()
+    restarted = int(time.time())
     svc.start()
     conn = wait_sync_connection(js, acct.did, old=before)
     mark(f"kill -9 + restart: the shard reconnected with cursor {conn['cursor']} "
@@ -389,7 +390,8 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark, database_url:
     # Let the restarted process take the whole replay (the fake has sent it once the socket is live;
     # the writer applies within a batch period) before the reconnect.
     _wait(lambda: sync_connection(js, acct.did, old=set()).get("mode") == "live", 30, "the replay to be sent")
-    time.sleep(1.5)
+    _wait(lambda: int((svc.health()["consumers"].get(SHARD) or {}).get("last_applied_at") or 0) >= restarted,
+          APPLY_TIMEOUT, "the restarted process to apply the replay (a batch saved with its cursor)")
     before = set(js.stats()["last_filter"])
     dropped = js.drop()
     conn = wait_sync_connection(js, acct.did, old=before)
