@@ -19,7 +19,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from feather import admin, auth, cli, errors, features, health, pages, security  # noqa: PLC0415  see above
     from feather import db as dbmod  # noqa: PLC0415  see above
     from feather.config import load_settings  # noqa: PLC0415  see above
-    from feather.jetstream import feature as dev_injection  # noqa: PLC0415  see above
+    from feather.jetstream import dev as dev_injection  # noqa: PLC0415  see above
 
     settings = load_settings(overrides=config)
     app = Flask(

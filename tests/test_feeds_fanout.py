@@ -132,7 +132,7 @@ def test_the_global_subscription_carries_the_configured_collections(app):
 
 
 def test_dev_injection_reaches_the_feed(app):
-    from feather.jetstream.feature import frame_from_fields, inject
+    from feather.jetstream.dev import frame_from_fields, inject
 
     settings = app.config["FEATHER"]
     with app.app_context():
