@@ -14,7 +14,9 @@ _workers = None
 
 def post_worker_init(worker):
     global _workers
-    from feather.process.runtime import start_web_process
+    # Here, not at the top: the arbiter reads this file before it forks, and Feather (ssl, peewee)
+    # must load in the worker after gunicorn's gevent worker has run monkey.patch_all().
+    from feather.process.runtime import start_web_process  # noqa: PLC0415  the worker, after gevent's patch
 
     _workers = start_web_process(worker.wsgi)
 

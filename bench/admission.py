@@ -29,6 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from feather import create_app, features  # noqa: E402
+from feather.db import db  # noqa: E402
+from feather.feeds.config import DEFAULT_TOML  # noqa: E402
+from feather.feeds.store import schema  # noqa: E402
+from feather.jetstream import store  # noqa: E402
+from feather.jetstream.events import CommitEvent  # noqa: E402
+from feather.jetstream.subscriptions import merge  # noqa: E402
+from feather.migrate import upgrade  # noqa: E402
+
 FOLLOW, POST, PROFILE = "app.bsky.graph.follow", "app.bsky.feed.post", "app.bsky.actor.profile"
 ACTORS = [f"did:plc:served{i:02d}aaaaaaaaaaaaaaa" for i in range(10)]
 BATCH = 500
@@ -39,8 +48,6 @@ def did(n: int) -> str:
 
 
 def make_log(events: int, dids: int, seed: int = 7) -> list:
-    from feather.jetstream.events import CommitEvent
-
     rng = random.Random(seed)
     t = 1_760_000_000_000_000
     out = []
@@ -72,16 +79,7 @@ def make_log(events: int, dids: int, seed: int = 7) -> list:
 
 def run(log: list, serve: str, workdir: str) -> tuple[float, int, int]:
     """(events/s, database bytes after the log, bytes of the same database empty)."""
-    from feather import create_app, features
-    from feather.db import db
-    from feather.feeds.store import schema
-    from feather.jetstream import store
-    from feather.jetstream.subscriptions import merge
-    from feather.migrate import upgrade
-
     cfg = Path(workdir) / f"{serve}.toml"
-    from feather.feeds.config import DEFAULT_TOML
-
     cfg.write_text("actors = [" + ", ".join(f'"{a}"' for a in ACTORS) + "]\n" + DEFAULT_TOML)
     path = Path(workdir) / f"{serve}.db"
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": workdir,

@@ -18,17 +18,34 @@ npm) that comparison is skipped with one line saying why.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sqlite3
-import statistics
-import sys
-import tempfile
-import time
-from pathlib import Path
+from gevent import monkey
+
+monkey.patch_all()  # first: before Feather (Flask, peewee, ssl) is imported; the WAL checkpoint thread is a greenlet
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sqlite3  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench import contrail  # noqa: E402
+from bench.contrail import build as contrail_build  # noqa: E402
+from bench.contrail.build import clear_fanout  # noqa: E402
+from bench.report import figure  # noqa: E402
+from feather import create_app, features  # noqa: E402
+from feather import db as dbmod  # noqa: E402
+from feather.db import db  # noqa: E402
+from feather.feeds.store import schema  # noqa: E402
+from feather.jetstream import store  # noqa: E402
+from feather.jetstream.events import CommitEvent  # noqa: E402
+from feather.jetstream.subscriptions import merge  # noqa: E402
+from feather.migrate import upgrade  # noqa: E402
 
 AUTHOR = "did:plc:author0000000000000000"
 FOLLOW, POST = "app.bsky.graph.follow", "app.bsky.feed.post"
@@ -44,11 +61,6 @@ targets = ["post"]
 
 
 def build(workdir: Path, followers: int, hybrid: bool):
-    from feather import create_app
-    from feather.db import db
-    from feather.feeds.store import schema
-    from feather.migrate import upgrade
-
     cfg = workdir / ("hybrid.toml" if hybrid else "plain.toml")
     cfg.write_text(TOML.format(extra="fanoutMaxFollowers = 1000" if hybrid else ""))
     path = workdir / "fanout.db"
@@ -71,13 +83,6 @@ def build(workdir: Path, followers: int, hybrid: bool):
 
 
 def feather_round(app, n: int) -> float:
-    from feather import db as dbmod
-    from feather import features
-    from feather.db import db
-    from feather.jetstream import store
-    from feather.jetstream.events import CommitEvent
-    from feather.jetstream.subscriptions import merge
-
     (sub,) = [s for s in merge(features.subscriptions(app.config["FEATHER"])) if s.name == "global"]
     now = int(time.time() * 1_000_000)
     record = {"$type": POST, "text": "hello", "createdAt": "2025-01-01T00:00:00.000Z"}
@@ -108,16 +113,11 @@ def baseline_round(path: Path, n: int) -> float:
 
 
 def clear(path: Path) -> int:
-    from bench.contrail.build import clear_fanout
-
     return clear_fanout(path, "feed_records_post")
 
 
 def contrail_setup(workdir: Path, followers: int):
     """(node, Contrail-shaped file) or None, having said why the comparison is skipped."""
-    from bench import contrail
-    from bench.contrail import build as contrail_build
-
     node = contrail.node_or_skip()
     if node is None:
         return None
@@ -128,9 +128,6 @@ def contrail_setup(workdir: Path, followers: int):
 
 
 def contrail_round(node: str, path: Path, n: int, followers: int) -> float:
-    from bench import contrail
-    from bench.contrail import build as contrail_build
-
     now = int(time.time() * 1_000_000)
     out = contrail.run(node, "fanout", path, AUTHOR, f"at://{AUTHOR}/{POST}/contrail{n}", f"bafycontrail{n}", now)
     assert out["inserted"] == followers and not out["replay"], out
@@ -139,11 +136,6 @@ def contrail_round(node: str, path: Path, n: int, followers: int) -> float:
 
 
 def main() -> None:
-    from gevent import monkey
-
-    from bench.report import figure
-
-    monkey.patch_all()
     parser = argparse.ArgumentParser()
     parser.add_argument("--followers", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)

@@ -27,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.support.jetstream_wire import make_commit, make_identity  # noqa: E402
+
 POST, FOLLOW, PROFILE = "app.bsky.feed.post", "app.bsky.graph.follow", "app.bsky.actor.profile"
 STEP_US = 200
 
@@ -49,8 +51,6 @@ class _Zipf:
 
 
 def realistic_log(n: int, *, dids: int = 2000, seed: int = 19, start_us: int = 1_760_000_000_000_000) -> list[dict]:
-    from tests.support.jetstream_wire import make_commit, make_identity
-
     rng = random.Random(seed)
     names = [f"did:plc:{rng.getrandbits(100):025x}"[:32] for _ in range(dids)]
     followed, active = _Zipf(rng, dids), _Zipf(rng, dids)

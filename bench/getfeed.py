@@ -34,16 +34,25 @@ import tempfile
 import time
 from pathlib import Path
 
+import gevent
+from gevent import monkey
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench import contrail  # noqa: E402
+from bench.contrail import build as contrail_build  # noqa: E402
+from bench.report import figure  # noqa: E402
+
 POST = "app.bsky.feed.post"
 
 
 def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
-    from feather import create_app
-    from feather.db import db
-    from feather.feeds.store import schema
-    from feather.migrate import upgrade
+    # Not at the top: bench/load.py and bench/service.py import this module without patching gevent.
+    from feather import create_app  # noqa: PLC0415  after main()'s monkey.patch_all()
+    from feather.db import db  # noqa: PLC0415  after main()'s monkey.patch_all()
+    from feather.feeds.store import schema  # noqa: PLC0415  after main()'s monkey.patch_all()
+    from feather.migrate import upgrade  # noqa: PLC0415  after main()'s monkey.patch_all()
 
     path = workdir / "getfeed.db"
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
@@ -83,9 +92,6 @@ def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
 
 def contrail_setup(workdir: Path, path: Path):
     """A running Contrail-shaped reader over Feather's posts and feed rows, or None, having said why not."""
-    from bench import contrail
-    from bench.contrail import build as contrail_build
-
     node = contrail.node_or_skip()
     if node is None:
         return None
@@ -103,9 +109,10 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
     """(getFeed latencies, bare page-query latencies, Contrail-shaped latencies) in seconds, Feather
     and bare interleaved actor by actor, Contrail's round after Feather's; and how many Contrail
     pages differed from Feather's."""
-    from feather import create_app
-    from feather.db import db
-    from feather.feeds.read import hybrid, query
+    # Not at the top: bench/load.py and bench/service.py import this module without patching gevent.
+    from feather import create_app  # noqa: PLC0415  after main()'s monkey.patch_all()
+    from feather.db import db  # noqa: PLC0415  after main()'s monkey.patch_all()
+    from feather.feeds.read import hybrid, query  # noqa: PLC0415  after main()'s monkey.patch_all()
 
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
                       "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
@@ -171,9 +178,7 @@ def start_server(path: Path, workdir: Path, port: int) -> subprocess.Popen:
 
 
 def load(port: int, paths, n: int, concurrency: int) -> list[float]:
-    from http.client import HTTPConnection
-
-    import gevent
+    from http.client import HTTPConnection  # noqa: PLC0415  imports ssl: after main()'s monkey.patch_all()
 
     latencies: list[float] = []
     remaining = [n]
@@ -202,11 +207,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    from gevent import monkey
-
-    from bench.report import figure
-
-    monkey.patch_all()
+    monkey.patch_all()  # first: before Feather (Flask, peewee, ssl) and http.client are imported
     parser = argparse.ArgumentParser()
     parser.add_argument("--actors", type=int, default=5000)
     parser.add_argument("--per-actor", type=int, default=200)

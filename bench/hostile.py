@@ -20,8 +20,25 @@ import tempfile
 import timeit
 from pathlib import Path
 
+from flask import Flask
+from requests.structures import CaseInsensitiveDict
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.report import figure  # noqa: E402
+from feather.atproto import syntax  # noqa: E402
+from feather.atproto.identity import IdentityResolver  # noqa: E402
+from feather.auth.service import _jwt_exp  # noqa: E402
+from feather.feeds.config import load  # noqa: E402
+from feather.feeds.read import cursor, query  # noqa: E402
+from feather.feeds.web.publish import check_text  # noqa: E402
+from feather.feeds.web.service_auth import verify  # noqa: E402
+from feather.jetstream.events import decode  # noqa: E402
+from feather.outbound import FetchResponse  # noqa: E402
+from feather.parsing import ascii_int, json_depth_ok, loads_limited  # noqa: E402
+from feather.security import DepthLimitedJSON  # noqa: E402
+from feather.sync.api import parse_apps  # noqa: E402
 
 DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz"
 LINEAR_GOAL = "<= 1.5"  # worst ratio / baseline ratio: about 1 when linear, about 2 when quadratic
@@ -40,10 +57,6 @@ class _OneDocument:
         self.body = body
 
     def get(self, url, **kwargs):
-        from requests.structures import CaseInsensitiveDict
-
-        from feather.outbound import FetchResponse
-
         return FetchResponse(200, CaseInsensitiveDict(), self.body, url, ())
 
 
@@ -72,21 +85,6 @@ def on(fn, build):
 
 def cases(workdir: Path):
     """(parser, shape, n -> a zero-argument call doing that parser's work on n bytes)."""
-    from flask import Flask
-
-    from feather.atproto import syntax
-    from feather.atproto.identity import IdentityResolver
-    from feather.auth.service import _jwt_exp
-    from feather.feeds.read import cursor, query
-    from feather.feeds.config import load
-    from feather.feeds.web.publish import check_text
-    from feather.feeds.web.service_auth import verify
-    from feather.jetstream.events import decode
-    from feather.outbound import FetchResponse
-    from feather.parsing import ascii_int, json_depth_ok, loads_limited
-    from feather.security import DepthLimitedJSON
-    from feather.sync.api import parse_apps
-
     provider = DepthLimitedJSON(Flask("bench"))
 
     def did_document(n):
@@ -140,8 +138,6 @@ def best(call, repeat: int, target: float) -> float:
 
 
 def main() -> int:
-    from bench.report import figure
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--kib", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)

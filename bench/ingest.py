@@ -17,6 +17,7 @@ the 512 MB VM budget.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import subprocess
@@ -25,12 +26,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import gevent
+from gevent import monkey
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+# Light (the standard library only): the --child process loads them before it patches gevent.
+from bench.firehose import realistic_log  # noqa: E402
+from bench.report import FULL_INDEX_GOAL, INGEST_GOAL, figure  # noqa: E402
+from tests.support.postgres import scratch_database  # noqa: E402
+
 
 def bare_receive(url: str, n: int) -> float:
-    import websocket
+    import websocket  # noqa: PLC0415  ssl: the --child runs the top unpatched
 
     ws = websocket.create_connection(url + "?cursor=1", skip_utf8_validation=True, timeout=60)
     started = time.perf_counter()
@@ -43,17 +52,14 @@ def bare_receive(url: str, n: int) -> float:
 
 def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str, database: str) -> None:
     """Runs in its own process: drive the engine until the cursor reaches the last event."""
-    from gevent import monkey
-
-    monkey.patch_all()
-    import gevent
-
-    from feather import create_app, features
-    from feather.db import db
-    from feather.jetstream import store
-    from feather.jetstream.engine import Engine
-    from feather.migrate import upgrade
-    from tests.support import mirror_feature
+    monkey.patch_all()  # first: before Feather (Flask, peewee, ssl, websocket) is imported
+    from feather import create_app, features  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from feather.db import db  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from feather.feeds.config import DEFAULT_TOML  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from feather.jetstream import store  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from feather.jetstream.engine import Engine  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from feather.migrate import upgrade  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from tests.support import mirror_feature  # noqa: PLC0415  the --child, after monkey.patch_all()
 
     # The mirror is a test fixture, not a feature: it runs alone or not at all.
     overrides = {"DATABASE_URL": database, "FEATHERREADER_ENV": "test",
@@ -62,8 +68,6 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str
                  "FEATHERREADER_EXTRA_FEATURES": "tests.support.mirror_feature" if mode == "mirror" else "",
                  "FEED_SERVE": "all"}  # the full index: every event reaches every handler
     if mode == "served":
-        from feather.feeds.config import DEFAULT_TOML
-
         config = Path(workdir) / "served.toml"
         actors = ", ".join(f'"{a}"' for a in json.loads((Path(workdir) / "served.json").read_text()))
         config.write_text(f"actors = [{actors}]\n" + DEFAULT_TOML)
@@ -112,11 +116,7 @@ def run_child(url, n, first_us, last_us, workdir, mode, postgres=None) -> dict:
 
 
 def _database(postgres: str | None, workdir: str, mode: str):
-    import contextlib
-
     if postgres:
-        from tests.support.postgres import scratch_database
-
         return scratch_database(postgres, "feather_ingest")
     return contextlib.nullcontext(f"sqlite:///{workdir}/bench-{mode}.db")
 
@@ -127,8 +127,7 @@ def main() -> None:
         child(url, int(n), int(first), int(last), workdir, mode, database)
         return
     args = parse_args()
-    from bench.report import FULL_INDEX_GOAL, INGEST_GOAL, figure
-    from tests.support.fake_jetstream import FakeJetstream
+    from tests.support.fake_jetstream import FakeJetstream  # noqa: PLC0415  ssl: the --child runs the top unpatched
 
     with tempfile.TemporaryDirectory() as tmp:
         log, first_us, last_us, served_dids = write_log(Path(tmp), args.events)
@@ -180,8 +179,6 @@ def write_log(workdir: Path, events: int) -> tuple[Path, int, int, list[str]]:
     """bench/firehose.py's log as JSONL in workdir: (its path, first and last time_us, the SERVED
     accounts). Spaced 200 µs apart: 5,000 events/s, the legacy per-IP cap, so the 5 s replay
     overlap is realistic; it ends an hour ago, so the whole log is a replay."""
-    from bench.firehose import realistic_log
-
     first_us = int(time.time() * 1_000_000) - 3_600_000_000
     frames = realistic_log(events, start_us=first_us)
     path = workdir / "log.jsonl"

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import random
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,20 +25,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import gevent
+from gevent import monkey
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.getfeed import free_port, pct  # noqa: E402
-from tests.support.service_process import error_records  # noqa: E402
+from tests.support.eventlog import mixed_log  # noqa: E402
+from tests.support.jetstream_wire import make_commit  # noqa: E402
+from tests.support.postgres import scratch_database  # noqa: E402
 
 RSS = "community.lexicon.rss.subscription"
 DEADLINE_SECS = 300
 
 
 def make_log(n: int, first_us: int) -> list[dict]:
-    from tests.support.eventlog import mixed_log
-    from tests.support.jetstream_wire import make_commit
-
     rng = random.Random(3)
     frames = mixed_log(n, seed=8, dids=2000)
     for i in range(0, n, 50):  # rss subscriptions sprinkled in, a few feeds with many subscribers
@@ -55,10 +58,10 @@ def run(events: int, requests: int, concurrency: int, split: bool = False, postg
     """postgres: a PostgreSQL URL whose role may CREATE DATABASE; a scratch database is made
     beside it and dropped afterwards. web_procs/worker_procs only matter with split. drain_secs:
     after the load, how long to let ingest finish the log before stopping (tests check it does)."""
-    from gevent import monkey
-
     monkey.patch_all()
-    from tests.support.fake_jetstream import FakeJetstream
+    # These import ssl (urllib.request, requests) and threading: after the patch, not at the top.
+    from tests.support.fake_jetstream import FakeJetstream  # noqa: PLC0415  after the patch (ssl)
+    from tests.support.service_process import error_records  # noqa: PLC0415  after the patch (requests)
 
     first_us = int(time.time() * 1_000_000) - 3_600_000_000
     frames = make_log(events, first_us)
@@ -133,8 +136,6 @@ def scratch_db(postgres: str | None, workdir: Path):
     if not postgres:
         yield f"sqlite:///{workdir / 'load.db'}"
         return
-    from tests.support.postgres import scratch_database
-
     with scratch_database(postgres, "feather_load") as url:
         yield url
 
@@ -145,7 +146,7 @@ def connect(url: str):
     if url.startswith("sqlite:///"):
         conn, mark = sqlite3.connect(url.removeprefix("sqlite:///")), "?"
     else:
-        import psycopg2
+        import psycopg2  # noqa: PLC0415  heavy optional: only with --postgres
 
         conn, mark = psycopg2.connect(url), "%s"
     try:
@@ -176,8 +177,6 @@ def stream_cursor(url: str) -> int:
 
 
 def wait_port(port: int) -> None:
-    import socket
-
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
@@ -189,8 +188,7 @@ def wait_port(port: int) -> None:
 
 
 def _load(port: int, path_fn, n: int, concurrency: int) -> dict:
-    import gevent
-    from http.client import HTTPConnection
+    from http.client import HTTPConnection  # noqa: PLC0415  imports ssl: after run()'s monkey.patch_all()
 
     latencies: list[float] = []
     statuses: dict[int, int] = {}

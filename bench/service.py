@@ -36,6 +36,9 @@ from bench.firehose import STEP_US  # noqa: E402
 from bench.ingest import SERVED, bare_receive, parse_args, write_log  # noqa: E402
 from bench.load import connect, scratch_db, seed, stream_cursor, wait_port  # noqa: E402
 from bench.getfeed import free_port  # noqa: E402
+from bench.report import FULL_INDEX_GOAL, INGEST_GOAL, figure  # noqa: E402
+from feather.feeds.config import DEFAULT_TOML  # noqa: E402
+from tests.support.fake_jetstream import FakeJetstream  # noqa: E402
 from tests.support.service_process import error_records  # noqa: E402
 
 DEADLINE_SECS = 600
@@ -44,8 +47,6 @@ DEADLINE_SECS = 600
 def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: str, postgres: str | None,
                 served: list[str]) -> dict:
     """Start the service on a fresh database, wait until it has applied the whole log, stop it."""
-    from feather.feeds.config import DEFAULT_TOML
-
     config = workdir / f"{mode}.toml"
     config.write_text((f"actors = [{', '.join(json.dumps(a) for a in served)}]\n" if mode == "signed-in" else "")
                       + DEFAULT_TOML)
@@ -130,9 +131,6 @@ def _status_kb(pid: int, field: str) -> int:
 
 def main() -> None:
     args = parse_args()
-    from bench.report import FULL_INDEX_GOAL, INGEST_GOAL, figure
-    from tests.support.fake_jetstream import FakeJetstream
-
     where = "PostgreSQL" if args.postgres else "SQLite"
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -14,7 +14,14 @@ from pathlib import Path
 
 from flask import Blueprint, abort, current_app, redirect, request, url_for
 
+from feather.auth.grants import Grant
+from feather.auth.views import safe_next
+from feather.auth.web import start_session
 from feather.config import ConfigError
+from feather.security import csrf
+from feather.sync import apps as registry
+from feather.sync.follow_writer import install_writer
+from feather.sync.memory import MemoryPds
 
 EVENTS = Path(__file__).resolve().parent / "events.jsonl"
 DOMAIN = "demo.feather.test"
@@ -36,9 +43,6 @@ def accounts(frames: list[dict]) -> dict[str, str]:
 
 
 def memory_pds(frames: list[dict]):
-    from feather.sync import apps as registry
-    from feather.sync.memory import MemoryPds
-
     pds = MemoryPds(clock=time.time)
     follows = {app.follow for app in registry.APPS}
     for f in frames:
@@ -66,15 +70,10 @@ def sign_in():
     did = current_app.extensions["demo_accounts"].get(handle)
     if did is None:
         abort(404, f"No demo account {handle}.")
-    from feather.auth.grants import Grant
-    from feather.auth.web import start_session
-
     current_app.extensions["auth"].grants.save(Grant(
         did=did, kind="password", handle=handle, pds_url="http://127.0.0.1:9", issuer=None,
         scope="com.atproto.appPass", access="demo", refresh="demo", expires_at=int(time.time()) + 365 * 86400,
         dpop_key=None, as_nonce=None, pds_nonce=None, client_kid=None))
-    from feather.auth.views import safe_next
-
     start_session(did)
     # The same rule as every sign-in: `next` is a path on this site or it is ignored.
     wanted = request.args.get("next")
@@ -84,9 +83,6 @@ def sign_in():
 def init_app(app) -> None:
     if not app.config["FEATHER"].is_development:
         raise ConfigError("FEATHERREADER_EXTRA_FEATURES", "demo.feature is for `make demo` (development mode) only")
-    from feather.security import csrf
-    from feather.sync.follow_writer import install_writer
-
     frames = load_frames()
     app.extensions["demo_accounts"] = accounts(frames)
     install_writer(app, memory_pds(frames))

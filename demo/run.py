@@ -21,10 +21,19 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from demo.feature import accounts, load_frames  # noqa: E402
+from feather import create_app  # noqa: E402
+from feather.db import db  # noqa: E402
+from feather.jetstream import store as jstore  # noqa: E402
+from feather.network import store as netstore  # noqa: E402
+from feather.sync import service  # noqa: E402
+
 EVENTS = REPO / "demo" / "events.jsonl"
 OWNER = "ada.demo.feather.test"
 SYNC_APPS = ["bluesky", "tangled", "sifa"]
@@ -57,13 +66,6 @@ def demo_env(args) -> dict[str, str]:
 
 def seed(start_us: int) -> dict:
     """Run in this process, on the demo database (os.environ already holds the demo settings)."""
-    from feather import create_app
-    from feather.db import db
-    from feather.jetstream import store as jstore
-    from feather.network import store as netstore
-    from feather.sync import service
-    from demo.feature import accounts, load_frames
-
     app = create_app()
     settings = app.config["FEATHER"]
     dids = accounts(load_frames())
@@ -81,8 +83,6 @@ def seed(start_us: int) -> dict:
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    import urllib.request
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -160,8 +160,6 @@ def main(argv=None) -> int:
         procs.append(web)
         base = f"http://127.0.0.1:{args.port}"
         wait_http(base + "/health", web)
-        from demo.feature import accounts, load_frames
-
         ada = accounts(load_frames())[OWNER]
         print(f"""
 Feather demo is up (events arrive within seconds; Ctrl-C stops everything):
