@@ -39,8 +39,7 @@ from bench.contrail import build as contrail_build  # noqa: E402
 from bench.contrail.build import clear_fanout  # noqa: E402
 from bench.report import figure  # noqa: E402
 from feather import create_app, features  # noqa: E402
-from feather import db as dbmod  # noqa: E402
-from feather.db import db  # noqa: E402
+from feather.db import db, wait_for_checkpoint  # noqa: E402
 from feather.feeds.store import schema  # noqa: E402
 from feather.jetstream import store  # noqa: E402
 from feather.jetstream.events import CommitEvent  # noqa: E402
@@ -93,8 +92,7 @@ def feather_round(app, n: int) -> float:
         elapsed = time.perf_counter() - started
         # Untimed: let the WAL checkpoint the batch started in a thread (feather/db.py) finish
         # before this connection closes, or the two race and the thread prints "database is locked".
-        for running in list(dbmod._running.values()):
-            running.wait()
+        wait_for_checkpoint()
     return elapsed
 
 

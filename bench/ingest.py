@@ -58,7 +58,7 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str
     from feather.feeds.config import DEFAULT_TOML  # noqa: PLC0415  the --child, after monkey.patch_all()
     from feather.jetstream import store  # noqa: PLC0415  the --child, after monkey.patch_all()
     from feather.jetstream.engine import Engine  # noqa: PLC0415  the --child, after monkey.patch_all()
-    from feather.migrate import upgrade  # noqa: PLC0415  the --child, after monkey.patch_all()
+    from feather.process.runtime import migrate  # noqa: PLC0415  the --child, after monkey.patch_all()
     from tests.support import mirror_feature  # noqa: PLC0415  the --child, after monkey.patch_all()
 
     # The mirror is a test fixture, not a feature: it runs alone or not at all.
@@ -73,7 +73,7 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str
         config.write_text(f"actors = [{actors}]\n" + DEFAULT_TOML)
         overrides.update(FEED_SERVE="signed-in", FEATHERREADER_CONFIG=str(config))
     app = create_app(overrides)
-    upgrade(db.obj)
+    migrate(app)  # as every process starts: the migrations, then each feature's ensure_schema
     settings = app.config["FEATHER"]
     subs = mirror_feature.subscriptions(settings) if mode == "mirror" \
         else [s for s in features.subscriptions(settings) if s.name == "global"]
