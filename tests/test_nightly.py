@@ -45,5 +45,6 @@ def test_only_the_nightly_switch_selects_the_live_tests():
 
 def test_make_test_runs_the_lint_guards_before_the_suite():
     dry = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    lines = [line for line in dry.splitlines() if line.startswith(".venv/bin/")]
+    # Install steps are listed too when pyproject.toml is newer than the virtualenv's stamp.
+    lines = [line for line in dry.splitlines() if line.startswith(".venv/bin/") and " install " not in line]
     assert lines == [".venv/bin/ruff check .", ".venv/bin/lint-imports", ".venv/bin/pytest "]
