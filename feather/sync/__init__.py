@@ -12,8 +12,8 @@ Feature hooks (feather/features.py):
                    still mirrors and queues, so nothing is lost).
   operator_status  the counts /admin shows (operator.py).
 Module map: apps (registry) · store (sets, activity log, shards) · shards (shard cursors across a
-count change) · handler (Jetstream; the only unfollow insert) · queue (queue, mirror, waiting list,
-observed deletes: follows only) · runner (lanes) · lanes (leases) · pacer (points) · backfill
+count change) · handler (Jetstream; the only caller that queues an unfollow) · queue (queue, mirror,
+waiting list, observed deletes) · runner (lanes) · lanes (leases) · pacer (points) · backfill
 (listing, union, sweep) · service (owner operations, cleanup) · follow_writer (PDS protocol +
 adapter; the app's writer) · memory (in-memory PDS) · preview (what enabling would write) · outcomes
 (a row's result) · status (what the owner sees) · people (handles and names) · operator (figures

@@ -1,11 +1,11 @@
 """The write queue, the follow mirror, the waiting list and the observed deletes: every write to them.
 
-The one module that writes sync_queue, sync_follow_mirror, sync_waiting and sync_observed_deletes,
-with one deliberate exception: the statement that inserts an unfollow row lives in
-feather/sync/handler.py (the delete branch). That is the safety rule enforced by construction: this
-module can only ever add follows (it changes the status of rows already queued, and never inserts
-an unfollow), and backfill, the waiting list and the sweep import it and nothing that could unfollow.
-tests/test_sync_apps.py fails if an unfollow insert appears anywhere else.
+The one module that writes sync_queue, sync_follow_mirror, sync_waiting and sync_observed_deletes.
+The safety rule (only an observed unfollow deletes a follow) is held by who calls what: the one
+statement that inserts an unfollow row is in the function below made for it, and only the handler's
+delete branch (feather/sync/handler.py) calls that function; everything else here adds follows or
+changes the status of rows already queued. tests/test_sync_apps.py fails if an unfollow insert, or
+a call of that function, appears anywhere else.
 """
 from __future__ import annotations
 
