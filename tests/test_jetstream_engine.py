@@ -2,7 +2,6 @@
 import time
 from dataclasses import replace
 
-import gevent
 import pytest
 
 from feather.db import db
@@ -110,7 +109,8 @@ def test_empty_membership_never_connects_as_all_dids(engine_for, jetstream, tmp_
     monkeypatch.setenv("MIRROR_DIDS_FILE", str(dids_file))
     app, engine = engine_for()
     engine.start()
-    gevent.sleep(1.5)
+    stream = engine.streams["mirror"]
+    wait_until(lambda: stream.stats["idle_checks"] >= 2, message="the reader to look at its empty membership twice")
     assert jetstream.stats()["connects_total"] == 0
 
 
@@ -181,7 +181,7 @@ def test_watermark_pauses_writing_and_resumes_under_it(engine_for, jetstream):
     app, engine = engine_for(tuning=FAST, FEATHERREADER_DB_SIZE_WATERMARK_BYTES=1024)
     engine.start()
     assert engine.watermark_paused is True
-    gevent.sleep(0.5)
+    wait_until(lambda: engine.streams["global"].stats["paused_checks"] >= 2, message="the reader to see the pause twice")
     assert jetstream.stats()["connects_total"] == 0
     with db.connection_context():
         reason = db.execute_sql("SELECT paused_reason FROM jetstream_cursor WHERE name = 'global'").fetchone()[0]
@@ -243,7 +243,10 @@ def test_the_last_account_leaving_closes_the_connection_quietly_and_idles(engine
     with app.app_context(), db.connection_context():
         engine.refresh_membership("mirror")
     wait_until(connected(jetstream, 0), message="the connection closed")
-    gevent.sleep(1.5)  # past the first backoff step: a reconnect would have happened by now
+    stream = engine.streams["mirror"]
+    # Two turns of the reader's loop that chose to idle: a reconnect would have come instead.
+    idle_before = stream.stats["idle_checks"]
+    wait_until(lambda: stream.stats["idle_checks"] >= idle_before + 2, message="the reader to idle")
     said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "feather.jetstream.consumer"]
     assert said == [("INFO", "jetstream mirror: closed the connection: no account left to follow")]
     stream = engine.streams["mirror"]

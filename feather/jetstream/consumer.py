@@ -139,6 +139,7 @@ class Stream:
         obs, stopping = state.obs, state.stopping
         while not stopping.is_set():
             if self.paused.is_set():
+                self.stats["paused_checks"] += 1
                 stopping.wait(1.0)
                 continue
             try:
@@ -153,6 +154,7 @@ class Stream:
             if dids is not None and not dids:
                 # An empty wantedDids means *every* DID to Jetstream: never connect like that.
                 obs.idle("no account to follow")
+                self.stats["idle_checks"] += 1
                 stopping.wait(1.0)
                 continue
             host = self.urls[host_index]
