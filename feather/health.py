@@ -15,6 +15,7 @@ import time
 
 from flask import Blueprint, current_app, jsonify
 
+from feather import sql
 from feather.db import current_dialect, db
 from feather.jetstream import store as jstore
 from feather.process import status
@@ -57,7 +58,7 @@ def probe() -> tuple[bool, dict]:
     try:
         db.connect(reuse_if_open=True)
         with _Deadline(BUDGET_SECS):
-            row = db.execute_sql("SELECT max(version) FROM schema_version").fetchone()
+            row = sql.one("SELECT max(version) FROM schema_version")
             tables = db.get_tables()
             consumers = jstore.cursor_rows() if "jetstream_cursor" in tables else []
             published = _published() if "worker_status" in tables else {}

@@ -129,4 +129,4 @@ def apply_batch(sub: Subscription, events: list[Event], cursor: Cursor | None) -
 
 
 def db_size_bytes() -> int:
-    return int(db.execute_sql(current_dialect().size_bytes_sql()).fetchone()[0])  # dialect SQL, no params
+    return int(sql.one(current_dialect().size_bytes_sql())[0])

@@ -14,7 +14,8 @@ import socket
 import time
 from typing import Callable
 
-from feather.db import current_dialect, db
+from feather import sql
+from feather.db import db
 from feather.process.supervisor import Piece
 
 log = logging.getLogger(__name__)
@@ -51,31 +52,25 @@ class Board:
         """Upsert every piece's state (caller provides the connection)."""
         for refresh in list(self.sources):
             refresh()
-        q = current_dialect().q
-        now = int(time.time())
+        now = sql.now_s()
         with db.atomic():
             for piece in list(self.pieces.values()):
-                db.execute_sql(
-                    q("INSERT INTO worker_status (kind, name, owner, heartbeat_at, body) VALUES (?, ?, ?, ?, ?)"
-                      " ON CONFLICT (kind, name, owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
-                      " body = excluded.body"),
-                    (piece.kind, piece.name, self.owner, now, json.dumps(piece.snapshot(), default=str)),
-                )
-            db.execute_sql(q("DELETE FROM worker_status WHERE heartbeat_at < ?"), (now - FORGET_SECS,))
+                sql.execute("INSERT INTO worker_status (kind, name, owner, heartbeat_at, body) VALUES (?, ?, ?, ?, ?)"
+                            " ON CONFLICT (kind, name, owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
+                            " body = excluded.body",
+                            (piece.kind, piece.name, self.owner, now, json.dumps(piece.snapshot(), default=str)))
+            sql.execute("DELETE FROM worker_status WHERE heartbeat_at < ?", (now - FORGET_SECS,))
 
     def withdraw(self) -> None:
         """On a clean stop: this process runs nothing any more."""
-        db.execute_sql(current_dialect().q("DELETE FROM worker_status WHERE owner = ?"), (self.owner,))
+        sql.execute("DELETE FROM worker_status WHERE owner = ?", (self.owner,))
 
 
 def read(now: float | None = None) -> dict[str, dict[str, list[dict]]]:
     """{kind: {name: [body, …]}} of rows with a live heartbeat, freshest first (caller's connection)."""
     now = time.time() if now is None else now
-    rows = db.execute_sql(
-        current_dialect().q("SELECT kind, name, owner, heartbeat_at, body FROM worker_status"
-                            " WHERE heartbeat_at >= ? ORDER BY kind, name, heartbeat_at DESC"),
-        (int(now - STALE_SECS),),
-    ).fetchall()
+    rows = sql.rows("SELECT kind, name, owner, heartbeat_at, body FROM worker_status"
+                    " WHERE heartbeat_at >= ? ORDER BY kind, name, heartbeat_at DESC", (int(now - STALE_SECS),))
     out: dict[str, dict[str, list[dict]]] = {}
     for kind, name, owner, heartbeat, body in rows:
         try:
