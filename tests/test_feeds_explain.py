@@ -51,6 +51,10 @@ def statements(config):
                           " WHERE f.actor = ? AND f.collection = ? AND (f.time_us < ? OR (f.time_us = ? AND f.uri > ?))"
                           " ORDER BY f.time_us DESC, f.uri ASC LIMIT 50", (A, target.nsid, 5, 5, POST_URI)),
                          ["feed_items", "f", post_table, "r"]),
+        "getFeed page by author": ((f"SELECT r.uri FROM feed_items f JOIN {post_table} r ON r.uri = f.uri"
+                                    " WHERE f.actor = ? AND f.collection = ? AND r.did = ?"
+                                    " ORDER BY f.time_us DESC, f.uri ASC LIMIT 50", (A, target.nsid, S)),
+                                   ["feed_items", "f", post_table, "r"]),
         "hybrid union": ((hybrid.union_sql(config, feed, target), (A, target.nsid, "timeline", A)),
                          ["feed_items", follow_table, "fo", post_table, "p", "feed_heavy_authors", "h"]),
         # Admission and bounded storage (FEED_SERVE signed-in / readers).

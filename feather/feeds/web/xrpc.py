@@ -20,7 +20,7 @@ from feather.feeds.web import budget, context
 from feather.feeds.web.gate import admit_reader
 from feather.feeds.web.service_auth import init_errors, verify_request
 
-STRIPPED = ("feed", "actor", "collection")
+STRIPPED = ("feed", "actor", "collection", "did")
 
 
 def _charge_lookup(identifier: str) -> None:
@@ -80,6 +80,12 @@ def get_feed():
     params = {k: v for k, v in request.args.items() if k not in STRIPPED}
     collection = config.collections[target.short]
     source = hybrid.feed_source(config, feed, target, did)
+    author = request.args.get("did")
+    if author is not None:  # Contrail's author filter: the feed's records by this one account
+        if not is_valid_did(author):
+            raise ApiError(400, "InvalidRequest", "did must be a DID (like did:plc:abc123): the author to keep.")
+        source.where.append("r.did = ?")
+        source.where_params.append(author)
     return jsonify(_page(config, collection, params, source))
 
 
