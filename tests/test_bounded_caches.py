@@ -27,6 +27,9 @@ ALLOWED = {
     "feather/atproto/cache.py::TtlCache._data": "bounded: the TtlCache itself (ttl and max_entries)",
     "feather/feeds/web/budget.py::OutboundBudget._clients":
         "bounded: max_clients, the least recently used client dropped first (a token bucket needs no ttl)",
+    # one page render: made and dropped with it
+    "feather/feeds/read/timeline.py::_Context.quoted_text":
+        "bounded: the quoted posts of one page of at most MAX_PAGE_SIZE entries, dropped with the page",
     # keyed by configuration, or rebuilt from the database
     "feather/config.py::Settings._values": "keyed by setting names (the environment read at start)",
     "feather/process/status.py::Board.pieces": "keyed by the supervised streams, jobs and tasks (configuration)",

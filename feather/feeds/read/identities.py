@@ -43,6 +43,12 @@ def _known(dids: list[str]) -> dict[str, tuple]:
     return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
 
+def stored_handles(dids: list[str]) -> dict[str, str]:
+    """{did: the handle last verified for it}, from the store only: for people a page mentions
+    (the author of a post replied to or quoted) without spending a lookup on each."""
+    return {did: handle for did, (handle, _h, _p) in _known(list(dict.fromkeys(dids))).items() if handle}
+
+
 def _profile_collections(config: FeedsConfig):
     return [c for nsid in config.profiles if (c := config.by_nsid(nsid)) is not None]
 

@@ -119,6 +119,33 @@ def post_url(uri: object) -> str | None:
     return f"{BSKY}/profile/{quote(parsed.did_or_handle, safe=':')}/post/{quote(parsed.rkey, safe='')}"
 
 
+def _post_ref(value: object) -> str | None:
+    """The at:// URI of a strong ref to an app.bsky.feed.post, or None."""
+    uri = value.get("uri") if isinstance(value, dict) else None
+    return uri if post_url(uri) is not None else None
+
+
+def reply_parent(record: dict) -> str | None:
+    """The post this one replies to (its reply.parent), or None."""
+    reply = record.get("reply")
+    return _post_ref(reply.get("parent")) if isinstance(reply, dict) else None
+
+
+def quoted(record: dict) -> str | None:
+    """The post this one quotes (embed.record, or the record of a recordWithMedia), or None."""
+    embed = record.get("embed")
+    if not isinstance(embed, dict):
+        return None
+    ref = embed.get("record")
+    if embed.get("$type") == "app.bsky.embed.recordWithMedia" and isinstance(ref, dict):
+        ref = ref.get("record")
+    return _post_ref(ref) if embed.get("$type") in ("app.bsky.embed.record", "app.bsky.embed.recordWithMedia") else None
+
+
+def author_of(uri: str) -> str:
+    return parse_at_uri(uri).did_or_handle
+
+
 def _text(value: object, fallback: str, limit: int = 1000) -> str:
     return value.strip()[:limit] if isinstance(value, str) and value.strip() else fallback
 

@@ -15,10 +15,11 @@ from feather import sql
 from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.read import cursor as cursors
 from feather.feeds.read import hybrid, query, render
-from feather.feeds.read.identities import hydrate
+from feather.feeds.read.identities import hydrate, stored_handles
 from feather.feeds.store import records
 from feather.feeds.store.schema import subject_expr
 
+POST = "app.bsky.feed.post"
 PAGE_SIZE, MAX_PAGE_SIZE = 30, 100
 NEW_POSTS_CAP = 100  # "99+ new posts": counting further would only cost
 BACKFILL_MAX_RETRIES = 3  # failed follow listings after which the page says the listing keeps failing
@@ -36,6 +37,8 @@ class Entry:
     ago: str = ""
     exact: str = ""
     iso: str = ""
+    reply_to: str | None = None  # the replied-to post's author, by name, handle or DID
+    reply_url: str | None = None  # that post on bsky.app
 
 
 def page_size(raw: str | None) -> int:
@@ -56,20 +59,54 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
     page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or ""}, src)
     shown = page["records"]
     handles = hydrate(app, config, [r["did"] for r in shown]) if shown else {}
-    names = _display_names(config, [r["did"] for r in shown])
+    values = [r["value"] if isinstance(r["value"], dict) else {} for r in shown]
+    context = _Context(config, collection, [r["did"] for r in shown], values)
+    names = context.names
     out = []
-    for r in shown:
-        value = r["value"] if isinstance(r["value"], dict) else {}
+    for r, value in zip(shown, values):
         url = render.post_url(r["uri"])
         text = value.get("text")
         if not isinstance(text, str):  # other collections: their most text-like field
             text = next((value[k] for k in ("title", "name", "description") if isinstance(value.get(k), str)), "")
         t = r["time_us"]
+        parent = render.reply_parent(value)
         out.append(Entry(r["uri"], r["did"], names.get(r["did"]), handles.get(r["did"]),
-                         render.rich_text(text, value.get("facets")), render.embeds(value.get("embed"), url), url,
-                         render.ago(t, now), render.exact(t), render.iso(t)))
+                         render.rich_text(text, value.get("facets")), context.embeds(value, url), url,
+                         render.ago(t, now), render.exact(t), render.iso(t),
+                         context.label(render.author_of(parent)) if parent else None, render.post_url(parent)))
     top = cursors.encode(shown[0]["time_us"], shown[0]["uri"], "time") if shown else None
     return out, page.get("cursor"), top
+
+
+class _Context:
+    """Who the page's posts reply to and quote, from the store only (no lookup per mention): names
+    from stored profiles, else a verified handle, else the DID; a quoted post's text when stored."""
+
+    def __init__(self, config: FeedsConfig, collection, authors: list[str], values: list[dict]):
+        parents = [p for v in values if (p := render.reply_parent(v))]
+        self.quotes = [q for v in values if (q := render.quoted(v))]
+        mentioned = [render.author_of(uri) for uri in parents + self.quotes]
+        self.names = _display_names(config, authors + mentioned)
+        self.handles = stored_handles(mentioned)
+        stored = records.load_many(collection, self.quotes) if self.quotes and collection.nsid == POST else {}
+        self.quoted_text = {}
+        for uri, (_cid, raw, _t) in stored.items():
+            quoted_value = records.parse_value(raw)
+            if isinstance(quoted_value, dict) and isinstance(quoted_value.get("text"), str):
+                self.quoted_text[uri] = quoted_value["text"]
+
+    def label(self, did: str) -> str:
+        return self.names.get(did) or (f"@{self.handles[did]}" if did in self.handles else did)
+
+    def embeds(self, value: dict, url: str | None) -> list:
+        shown = render.embeds(value.get("embed"), url)
+        uri = render.quoted(value)
+        if uri is None or uri not in self.quoted_text:
+            return shown
+        href = render.post_url(uri)
+        richer = render.Embed(f"Quoted post by {self.label(render.author_of(uri))}",
+                              self.quoted_text[uri].strip()[:300] or "(no text)", href)
+        return [richer if e.label == "Quoted post" and e.href == href else e for e in shown]
 
 
 def _display_names(config: FeedsConfig, dids: list[str]) -> dict[str, str]:
