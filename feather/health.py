@@ -19,7 +19,7 @@ from feather import sql
 from feather.db import current_dialect, db
 from feather.jetstream import store as jstore
 from feather.process import status
-from feather.process.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public
+from feather.process.verdict import PUBLIC_JOB_FIELDS, PUBLIC_STREAM_FIELDS, judge, public, saved_streams
 from feather.version import __version__
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,7 @@ def probe() -> tuple[bool, dict]:
         "schema_version": row[0],
         "ms": round((time.monotonic() - started) * 1000, 1),
     }
-    saved = {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}
-             for c in consumers}
+    saved = saved_streams(consumers)
     verdict = judge(saved, published, current_app.config["FEATHER"])
     body["consumers"] = {name: public(facts, PUBLIC_STREAM_FIELDS) for name, facts in verdict.streams.items()}
     body["jobs"] = {name: public(facts, PUBLIC_JOB_FIELDS) for name, facts in verdict.jobs.items()}

@@ -19,7 +19,7 @@ from feather.auth.web import current_account
 from feather.db import db
 from feather.jetstream import store as jstore
 from feather.process import status
-from feather.process.verdict import judge
+from feather.process.verdict import judge, saved_streams
 
 bp = Blueprint("admin", __name__)
 REFRESH_SECS = 5
@@ -36,8 +36,7 @@ def gather() -> dict:
     """Everything the page shows, as plain data (also what a test reads)."""
     settings = current_app.config["FEATHER"]
     tables = set(db.get_tables())
-    saved = {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}
-             for c in jstore.cursor_rows()}
+    saved = saved_streams(jstore.cursor_rows())
     verdict = judge(saved, status.read() if "worker_status" in tables else {}, settings)
     figures = features.operator_status(settings)  # each feature's own counts, from its own tables
     return {

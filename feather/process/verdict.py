@@ -57,6 +57,12 @@ def _ago(seconds: float) -> str:
     return f"{seconds // 3600} h"
 
 
+def saved_streams(cursors) -> dict:
+    """judge()'s `saved` from the saved cursors (jetstream/store.py's cursor_rows): {name: facts}."""
+    return {c.name: {"cursor_time_us": c.time_us, "last_applied_at": c.last_applied_at, "paused": c.paused_reason}
+            for c in cursors}
+
+
 def judge(saved: dict, published: dict, settings, now: float | None = None) -> Verdict:
     now = time.time() if now is None else now
     out = Verdict()
