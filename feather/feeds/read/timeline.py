@@ -63,15 +63,14 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
     context = _Context(config, collection, [r["did"] for r in shown], values)
     names = context.names
     out = []
-    for r, value in zip(shown, values):
+    for r, value, parent, quote in zip(shown, values, context.parents, context.quotes):
         url = render.post_url(r["uri"])
         text = value.get("text")
         if not isinstance(text, str):  # other collections: their most text-like field
             text = next((value[k] for k in ("title", "name", "description") if isinstance(value.get(k), str)), "")
         t = r["time_us"]
-        parent = render.reply_parent(value)
         out.append(Entry(r["uri"], r["did"], names.get(r["did"]), handles.get(r["did"]),
-                         render.rich_text(text, value.get("facets")), context.embeds(value, url), url,
+                         render.rich_text(text, value.get("facets")), context.embeds(value, quote, url), url,
                          render.ago(t, now), render.exact(t), render.iso(t),
                          context.label(render.author_of(parent)) if parent else None, render.post_url(parent)))
     top = cursors.encode(shown[0]["time_us"], shown[0]["uri"], "time") if shown else None
@@ -83,12 +82,14 @@ class _Context:
     from stored profiles, else a verified handle, else the DID; a quoted post's text when stored."""
 
     def __init__(self, config: FeedsConfig, collection, authors: list[str], values: list[dict]):
-        parents = [p for v in values if (p := render.reply_parent(v))]
-        self.quotes = [q for v in values if (q := render.quoted(v))]
-        mentioned = [render.author_of(uri) for uri in parents + self.quotes]
+        self.parents = [render.reply_parent(v) for v in values]  # one per post, None where it answers nobody
+        self.quotes = [render.quoted(v) for v in values]
+        referenced = [uri for uri in self.parents + self.quotes if uri]
+        mentioned = [render.author_of(uri) for uri in referenced]
         self.names = _display_names(config, authors + mentioned)
         self.handles = stored_handles(mentioned)
-        stored = records.load_many(collection, self.quotes) if self.quotes and collection.nsid == POST else {}
+        quoted = [uri for uri in self.quotes if uri]
+        stored = records.load_many(collection, quoted) if quoted and collection.nsid == POST else {}
         self.quoted_text = {}
         for uri, (_cid, raw, _t) in stored.items():
             quoted_value = records.parse_value(raw)
@@ -98,9 +99,9 @@ class _Context:
     def label(self, did: str) -> str:
         return self.names.get(did) or (f"@{self.handles[did]}" if did in self.handles else did)
 
-    def embeds(self, value: dict, url: str | None) -> list:
+    def embeds(self, value: dict, uri: str | None, url: str | None) -> list:
+        """The post's embeds, the quote of a stored post (`uri`) told by its author and text."""
         shown = render.embeds(value.get("embed"), url)
-        uri = render.quoted(value)
         if uri is None or uri not in self.quoted_text:
             return shown
         href = render.post_url(uri)
