@@ -101,6 +101,12 @@ class Dialect:
             return f"json_extract({column}, '$.{'.'.join(path)}')"
         return f"(({column})::jsonb #>> '{{{','.join(path)}}}')"
 
+    def at_uri_did(self, expr: str) -> str:
+        """The authority of an at:// URI (`at://<did>/…` → `<did>`), '' when it has no path. (feeds)"""
+        if self.is_sqlite:
+            return f"substr({expr}, 6, instr(substr({expr}, 6), '/') - 1)"
+        return f"split_part({expr}, '/', 3)"
+
     @property
     def byte_text(self) -> str:
         """TEXT that compares byte-wise on both databases, so prefix ranges and keyset order agree. (feeds)"""

@@ -8,15 +8,39 @@ from feather.feeds.config import FeedsConfigError, Queryable, load, parse
 from tests.fixtures.feeds.feedkit import feeds_app
 
 
-def test_the_built_in_default_is_follow_post_profile_and_a_timeline():
+def test_the_built_in_default_is_following_and_following_posts_only():
     config = load("")
     assert {s: c.nsid for s, c in config.collections.items()} == {
-        "follow": "app.bsky.graph.follow", "post": "app.bsky.feed.post", "profile": "app.bsky.actor.profile"}
+        "follow": "app.bsky.graph.follow", "post": "app.bsky.feed.post", "repost": "app.bsky.feed.repost",
+        "profile": "app.bsky.actor.profile"}
+    assert config.collections["repost"].reposts == "post"
     feed = config.feeds["timeline"]
-    assert (feed.follow, [t.short for t in feed.targets], feed.max_items) == ("follow", ["post"], 200)
-    assert (feed.follow_backfill, feed.fanout_max_followers) == (100, None)
-    assert config.target_caps() == {"app.bsky.feed.post": 200}
-    assert config.feed_mutating_nsids == {"app.bsky.graph.follow", "app.bsky.feed.post"}
+    assert (feed.label, feed.follow, [t.short for t in feed.targets], feed.max_items) == (
+        "Following", "follow", ["post", "repost"], 200)
+    assert [t.short for t in feed.shown] == ["post"]  # reposts are read merged into posts
+    assert feed.reposts_of(feed.targets[0]).nsid == "app.bsky.feed.repost"
+    assert (feed.follow_backfill, feed.fanout_max_followers, feed.replies) == (100, None, "all")
+    posts = config.feeds["posts"]
+    assert (posts.label, [t.short for t in posts.targets], posts.reposts_of(posts.targets[0])) == (
+        "Following, posts only", ["post"], None)
+    assert config.target_caps() == {"app.bsky.feed.post": 200, "app.bsky.feed.repost": 200}
+    assert config.feed_mutating_nsids == {"app.bsky.graph.follow", "app.bsky.feed.post", "app.bsky.feed.repost"}
+    assert config.reposted_nsids == {"app.bsky.feed.post"}
+
+
+def test_a_feeds_replies_rule_and_title_are_checked():
+    base = {"collections": {"follow": {"collection": "app.bsky.graph.follow"},
+                            "post": {"collection": "app.bsky.feed.post"}}}
+    feed = parse({**base, "feeds": {"f": {"targets": ["post"], "replies": "followed", "title": " Mine "}}}).feeds["f"]
+    assert (feed.replies, feed.label) == ("followed", "Mine")
+    with pytest.raises(FeedsConfigError, match='Feed "f" replies must be one of all, followed, none'):
+        parse({**base, "feeds": {"f": {"targets": ["post"], "replies": "some"}}})
+    with pytest.raises(FeedsConfigError, match='reposts unknown collection "nope"'):
+        parse({"collections": {**base["collections"], "rp": {"collection": "app.bsky.feed.repost", "reposts": "nope"}},
+               "feeds": {}})
+    with pytest.raises(FeedsConfigError, match="together with fanoutMaxFollowers"):
+        parse({"collections": {**base["collections"], "rp": {"collection": "app.bsky.feed.repost", "reposts": "post"}},
+               "feeds": {"f": {"targets": ["post", "rp"], "fanoutMaxFollowers": 10}}})
 
 
 def test_targets_take_short_names_or_tables_with_their_own_cap():

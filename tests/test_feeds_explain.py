@@ -12,6 +12,7 @@ ordered walk that a LIMIT stops (the sweep's first page).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -70,7 +71,8 @@ def statements(config):
         "unserved feed": (items.drop_actor_sql(A), ["feed_items"]),
         # Batch-level ingest (batch.py runs them; store/items.py builds the writes): one statement
         # for a whole batch's rows of each kind.
-        "batch fan-out": (items.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S), (OTHER_URI, target.nsid, 2, A)]),
+        "batch fan-out": (items.fan_out_sql(config, feed, [(POST_URI, target.nsid, 1, S, None),
+                                                           (OTHER_URI, target.nsid, 2, A, None)]),
                           [follow_table, "r"]),
         "batch heavy probe": (batch.heavy_authors_sql(config, feed, [S, A]), [follow_table, "r"]),
         "mark heavy": (heavy_authors.mark_heavy_sql(feed, [S, A], 1), ["feed_heavy_authors"]),
@@ -84,7 +86,9 @@ def statements(config):
 
 
 # Not listed: served.SERVED_SQL reads feed_actors and auth_grant whole on purpose; it is the
-# (capped) served set itself, loaded when it changes, not a statement over stored records.
+# (capped) served set itself, loaded when it changes, not a statement over stored records. So is
+# items.reposted_subjects_sql: the whole partial subject index (served timelines' repost rows
+# only, at most served actors × the repost cap), read when admission rebuilds.
 ORDERED_WALKS = {"sweep first page", "records sweep first page"}
 
 
@@ -162,6 +166,65 @@ def test_every_fanout_and_prune_statement_is_index_bounded(app):
     assert failures == {}
 
 
+REPOST_URI = f"at://{A}/app.bsky.feed.repost/3r"
+
+
+def feed_page_sql(config, feed, target, actor):
+    """The page statement query.run makes of a feed's source (time sort, a cursor, limit 50)."""
+    source = hybrid.feed_source(config, feed, target, actor)
+    where = source.where + [f"({source.t} < ? OR ({source.t} = ? AND {source.u} > ?))"]
+    return (f"SELECT r.uri {source.from_sql} WHERE {' AND '.join(where)}"
+            f" ORDER BY {source.t} DESC, {source.u} ASC LIMIT 50",
+            [*source.from_params, *source.where_params, 5, 5, POST_URI])
+
+
+def repost_statements(config):
+    """The built-in config: "Following" reads posts and reposts merged; a replies rule on top."""
+    feed = config.feeds["timeline"]
+    post, repost = feed.targets
+    post_table = config.collections["post"].table
+    follow_table = config.collections["follow"].table
+    followed = replace(feed, replies="followed")
+    return {
+        "getFeed page with reposts": (feed_page_sql(config, feed, post, A),
+                                      ["feed_items", "f", "g", post_table, "r"]),
+        "getFeed page, replies to followed": (feed_page_sql(config, followed, post, A),
+                                              ["feed_items", "f", "g", post_table, "r", follow_table, "fo"]),
+        "getFeed page, no replies": (feed_page_sql(config, replace(feed, replies="none"), post, A),
+                                     ["feed_items", "f", "g", post_table, "r"]),
+        "missing reposted records": (items.missing_reposted_sql(config, repost, post_table, A, 30),
+                                     ["feed_items", "f", post_table, "p", "feed_tombstones", "s"]),
+        "batch repost fan-out": (items.fan_out_sql(config, feed, [(REPOST_URI, repost.nsid, 1, A, POST_URI)]),
+                                 [follow_table, "r"]),
+        "batch repost backfill": (items.backfill_sql(config, feed, 1, [(A, S)]),
+                                  [config.collections["repost"].table, "r", "r_n", "feed_items"]),
+        "bootstrap newest reposts": ((backfill.newest_sql(config.collections["repost"].table,
+                                                          items.subject_sql(repost, "r")), (S, 200)),
+                                     [config.collections["repost"].table, "r"]),
+        "records drop author, reposted kept": (records.drop_author_sql(post_table, S, reposted=True),
+                                               [post_table, "feed_items", "g"]),
+        "records trim author, reposted kept": (records.trim_author_sql(post_table, S, 200, reposted=True),
+                                               [post_table, "feed_items", "g"]),
+    }
+
+
+@pytest.fixture
+def repost_app(make_app, tmp_path):
+    return feeds_app(make_app, tmp_path, sources=FakeSources())
+
+
+def test_every_repost_and_replies_statement_is_index_bounded(repost_app):
+    d = current_dialect()
+    config = repost_app.extensions["feeds"]
+    failures = {}
+    with repost_app.app_context(), db.connection_context():
+        for name, ((sql, params), tables) in repost_statements(config).items():
+            lines = plan(sql, params)
+            if unbounded_scans(lines, tables) or any(d.has_full_scan(lines, t) for t in tables):
+                failures[name] = lines
+    assert failures == {}
+
+
 def _feed_items_indexes() -> set[str]:
     if current_dialect().is_sqlite:
         sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'feed_items'"
@@ -175,12 +238,12 @@ def _feed_items_indexes() -> set[str]:
 # 0049). KEY is the page-order unique key: SQLite's WITHOUT ROWID primary key (the table itself,
 # no entry in sqlite_master), PostgreSQL's unique index feed_items_page.
 JUSTIFIED = {
-    "getFeed page": "KEY",
-    "cutoff delete": "KEY",
-    "unfollow": "KEY",
-    "batch unfollow": "KEY",
-    "batch target delete": "feed_items_uri",
-    "batch resync": "feed_items_uri",
+    "getFeed page": ["KEY"],
+    "cutoff delete": ["KEY"],
+    "unfollow": ["KEY"],
+    "batch unfollow": ["KEY"],
+    "batch target delete": ["feed_items_uri"],
+    "batch resync": ["feed_items_uri"],
 }
 
 
@@ -192,16 +255,29 @@ def _uses(lines: list[str], indexes: set[str]) -> list[str]:
     return sorted(used)
 
 
-def test_every_feed_items_index_is_the_one_a_pinned_statement_uses(app):
+# The same for the feeds that show reposts (the built-in config): the page's "a newer row shows
+# this record" probes use the partial subject index (reposts of it) and, for its own row, the uri
+# index (SQLite) or the page key's (actor, collection) prefix (PostgreSQL; both are bounded).
+JUSTIFIED_REPOSTS = {
+    "getFeed page with reposts": ["KEY", "feed_items_subject"],
+}
+
+
+def test_every_feed_items_index_is_the_one_a_pinned_statement_uses(app, repost_app):
     config = app.extensions["feeds"]
     key = "KEY" if current_dialect().is_sqlite else "feed_items_page"
     with app.app_context(), db.connection_context():
         indexes = _feed_items_indexes()
         pinned = statements(config)
         uses = {name: _uses(plan(*pinned[name][0]), indexes) for name in JUSTIFIED}
-    expected = {name: [key if index == "KEY" else index] for name, index in JUSTIFIED.items()}
+    with repost_app.app_context(), db.connection_context():
+        pinned = repost_statements(repost_app.extensions["feeds"])
+        uses.update({name: [i for i in _uses(plan(*pinned[name][0]), indexes) if i != "feed_items_uri"]
+                     for name in JUSTIFIED_REPOSTS})
+    expected = {name: sorted(key if index == "KEY" else index for index in used)
+                for name, used in {**JUSTIFIED, **JUSTIFIED_REPOSTS}.items()}
     assert uses == expected
-    assert indexes | ({"KEY"} if key == "KEY" else set()) == {i for [i] in expected.values()}
+    assert indexes | ({"KEY"} if key == "KEY" else set()) == {i for used in expected.values() for i in used}
 
 
 def test_feed_items_rows_live_in_page_order_and_are_unique_by_it(app):

@@ -43,7 +43,7 @@ def _fill(config, actors: int = 40, per_actor: int = 50) -> None:
 def _batch_statements(config):
     feed = config.feeds["timeline"]
     times = [(f"at://did:plc:s{i % 30:04d}/{POST}/0000{i:04d}", 7) for i in range(250)]
-    posts = [(uri, POST, 7, f"did:plc:s{i % 30:04d}") for i, (uri, _) in enumerate(times)]
+    posts = [(uri, POST, 7, f"did:plc:s{i % 30:04d}", None) for i, (uri, _) in enumerate(times)]
     return {"batch resync": items.resync_sql(times), "batch fan-out": items.fan_out_sql(config, feed, posts)}
 
 

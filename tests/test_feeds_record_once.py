@@ -47,7 +47,7 @@ def test_an_insert_that_skipped_the_time_resync_adds_no_second_row(app, path):
         db.execute_sql(current_dialect().q(f"UPDATE {config.collections['post'].table} SET time_us = ?"), (stale,))
         statement = {
             "fan-out": lambda: oracle.target_insert_sql(config, feed, POST, C, URI, stale),
-            "batch fan-out": lambda: items.fan_out_sql(config, feed, [(URI, POST, stale, C)]),
+            "batch fan-out": lambda: items.fan_out_sql(config, feed, [(URI, POST, stale, C, None)]),
             "follow backfill": lambda: items.follow_backfill_sql(config, feed, 0, A, C),
             "batch backfill": lambda: items.backfill_sql(config, feed, 0, [(A, C)]),
         }[path]()

@@ -6,9 +6,15 @@ Shape (mirrors Contrail's `ContrailConfig`; every key is explained in docs/setti
     [collections.post]
     collection = "app.bsky.feed.post"
     queryable = { langs = {}, createdAt = { type = "range" } }
+    searchable = ["text"]              # fields search= looks in (full-text, store/search.py)
+    [collections.repost]
+    collection = "app.bsky.feed.repost"
+    reposts = "post"                   # its records' subject.uri is a record of [collections.post]
     [feeds.timeline]
+    title = "Following"                # what the page and published generators call it
     follow = "follow"                  # a short name (a key of [collections]), not an NSID
-    targets = ["post"]                 # or [{ collection = "post", maxItems = 300 }]
+    targets = ["post", "repost"]       # or [{ collection = "post", maxItems = 300 }]
+    replies = "all"                    # or "followed" (replies to people the reader follows), "none"
     maxItems = 200
     followBackfill = 100               # records pulled in on a new follow (≤ the cap)
     fanoutMaxFollowers = 50000         # hybrid fan-out; unset = always fan out
@@ -34,12 +40,14 @@ DEFAULT_FOLLOW_BACKFILL = 100
 DEFAULT_NAMESPACE = "com.featherreader"
 DEFAULT_PROFILE_NSID = "app.bsky.actor.profile"
 MAX_QUERYABLE_FIELDS = 32
+MAX_SEARCHABLE_FIELDS = 8
 METHODS = ("listRecords", "getRecord")
 
 _TOP_KEYS = {"namespace", "collections", "feeds", "profiles", "actors"}
-_COLLECTION_KEYS = {"collection", "queryable", "methods"}
+_COLLECTION_KEYS = {"collection", "queryable", "methods", "reposts", "searchable"}
 _QUERYABLE_KEYS = {"type"}
-_FEED_KEYS = {"follow", "targets", "maxItems", "followBackfill", "fanoutMaxFollowers"}
+_FEED_KEYS = {"follow", "targets", "maxItems", "followBackfill", "fanoutMaxFollowers", "replies", "title"}
+REPLIES = ("all", "followed", "none")
 _TARGET_KEYS = {"collection", "maxItems"}
 
 DEFAULT_TOML = """
@@ -48,9 +56,18 @@ namespace = "com.featherreader"
 collection = "app.bsky.graph.follow"
 [collections.post]
 collection = "app.bsky.feed.post"
+searchable = ["text"]
+[collections.repost]
+collection = "app.bsky.feed.repost"
+reposts = "post"
 [collections.profile]
 collection = "app.bsky.actor.profile"
 [feeds.timeline]
+title = "Following"
+follow = "follow"
+targets = ["post", "repost"]
+[feeds.posts]
+title = "Following, posts only"
 follow = "follow"
 targets = ["post"]
 """
@@ -84,6 +101,13 @@ class Collection:
     table: str  # feed_records_<short>, non-alphanumerics as "_"
     queryable: dict[str, Queryable] = field(default_factory=dict)  # by param name
     methods: frozenset[str] | None = None  # XRPC methods served; None = the default for its role
+    reposts: str | None = None  # short name of the collection whose records these repost (subject.uri)
+    searchable: tuple[tuple[str, ...], ...] = ()  # JSON paths whose text search= finds (Contrail's key)
+
+    @property
+    def search_table(self) -> str:
+        """feed_search_<short>: its full-text index (store/search.py), when searchable is set."""
+        return "feed_search_" + self.table.removeprefix("feed_records_")
 
 
 @dataclass(frozen=True)
@@ -91,6 +115,7 @@ class Target:
     short: str
     nsid: str
     cap: int  # target maxItems ?? feed maxItems ?? 200
+    reposts: str | None = None  # the NSID this target's records repost, when it is a repost collection
 
 
 @dataclass(frozen=True)
@@ -101,6 +126,22 @@ class Feed:
     max_items: int
     follow_backfill: int  # min(configured or 100, each target's cap) at use
     fanout_max_followers: int | None
+    replies: str = "all"  # which replies show: all, followed (to someone the reader follows), none
+    title: str = ""  # what the page and the generators call it; the name when unset
+
+    @property
+    def label(self) -> str:
+        return self.title or self.name
+
+    def reposts_of(self, target: Target) -> Target | None:
+        """The feed's repost target whose records repost `target`'s, if it lists one."""
+        return next((t for t in self.targets if t.reposts == target.nsid), None)
+
+    @property
+    def shown(self) -> tuple[Target, ...]:
+        """The targets a reader picks between: a repost target is read merged into the one it reposts."""
+        return tuple(t for t in self.targets if t.reposts is None or
+                     not any(o.nsid == t.reposts for o in self.targets))
 
 
 @dataclass(frozen=True)
@@ -133,6 +174,11 @@ class FeedsConfig:
     @property
     def target_nsids(self) -> frozenset[str]:
         return frozenset(t.nsid for f in self.feeds.values() for t in f.targets)
+
+    @property
+    def reposted_nsids(self) -> frozenset[str]:
+        """Collections some feed shows through reposts (their records can be anyone's)."""
+        return frozenset(t.reposts for f in self.feeds.values() for t in f.targets if t.reposts)
 
     @property
     def feed_mutating_nsids(self) -> frozenset[str]:
@@ -195,7 +241,16 @@ def _collection(short: str, body: Any) -> Collection:
         if not isinstance(methods, list) or not all(m in METHODS for m in methods):
             raise FeedsConfigError(f'[collections.{short}] methods must be a list of {", ".join(METHODS)}')
         methods = frozenset(methods)
-    return Collection(short, nsid, table_name(short), queryable, methods)
+    reposts = body.get("reposts")
+    if reposts is not None and not isinstance(reposts, str):
+        raise FeedsConfigError(f'[collections.{short}] reposts must be the short name of a collection')
+    searchable = body.get("searchable", [])
+    if (not isinstance(searchable, list) or len(searchable) > MAX_SEARCHABLE_FIELDS
+            or not all(isinstance(f, str) and _FIELD.fullmatch(f) for f in searchable)):
+        raise FeedsConfigError(f'[collections.{short}] searchable must be a list of at most {MAX_SEARCHABLE_FIELDS}'
+                               ' plain dotted field names, like ["text"]')
+    searchable = tuple(dict.fromkeys(tuple(f.split(".")) for f in searchable))
+    return Collection(short, nsid, table_name(short), queryable, methods, reposts, searchable)
 
 
 def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
@@ -223,12 +278,26 @@ def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
             raise FeedsConfigError(f'Feed "{name}" references unknown target collection "{short}"')
         if any(t.short == short for t in targets):
             raise FeedsConfigError(f'Feed "{name}" lists target "{short}" twice')
-        targets.append(Target(short, collections[short].nsid, cap))
+        reposted = collections[short].reposts
+        targets.append(Target(short, collections[short].nsid, cap,
+                              collections[reposted].nsid if reposted else None))
     backfill = _positive_int(body.get("followBackfill", DEFAULT_FOLLOW_BACKFILL), f'Feed "{name}" followBackfill')
     fmax = body.get("fanoutMaxFollowers")
     if fmax is not None:
         fmax = _positive_int(fmax, f'Feed "{name}" fanoutMaxFollowers')
-    return Feed(name, follow, tuple(targets), max_items, backfill, fmax)
+    replies = body.get("replies", "all")
+    if replies not in REPLIES:
+        raise FeedsConfigError(f'Feed "{name}" replies must be one of {", ".join(REPLIES)}; got {replies!r}')
+    title = body.get("title", "")
+    if not isinstance(title, str) or len(title) > 64:
+        raise FeedsConfigError(f'Feed "{name}" title must be text of at most 64 characters')
+    feed = Feed(name, follow, tuple(targets), max_items, backfill, fmax, replies, title.strip())
+    for t in feed.targets:
+        if t.reposts is not None and fmax is not None:
+            # Heavy authors' reposts would have to be merged at read time too; not built yet.
+            raise FeedsConfigError(f'Feed "{name}" cannot list the repost collection "{t.short}" together'
+                                   f' with fanoutMaxFollowers')
+    return feed
 
 
 def parse(data: dict) -> FeedsConfig:
@@ -246,6 +315,11 @@ def parse(data: dict) -> FeedsConfig:
             # The second table would never fill: ingest routes an NSID to one collection.
             raise FeedsConfigError(f'[collections.{c.short}] and [collections.{seen[c.nsid]}] both name "{c.nsid}"')
         seen[c.nsid] = c.short
+    for c in collections.values():
+        if c.reposts is not None and c.reposts not in collections:
+            raise FeedsConfigError(f'[collections.{c.short}] reposts unknown collection "{c.reposts}"')
+        if c.reposts == c.short:
+            raise FeedsConfigError(f'[collections.{c.short}] cannot repost itself')
     tables = [c.table for c in collections.values()]
     if len(set(tables)) != len(tables):
         raise FeedsConfigError("two collection short names map to the same table; rename one")

@@ -22,7 +22,7 @@ import time
 
 from feather.atproto.syntax import is_valid_did
 from feather.feeds.config import FeedsConfig
-from feather.feeds.store import served
+from feather.feeds.store import items, served
 from feather.jetstream.events import CommitEvent
 
 POLL_SECS = 2.0
@@ -37,10 +37,13 @@ class Admission:
         self.clock = clock
         self.served: set[str] = set()
         self.followees: set[str] = set()
+        self.reposted: set[str] = set()  # records reposted into a served timeline, whoever wrote them
         self.version: int | None = None
         self.checked_at = float("-inf")
         self.rebuilds = 0
         self._follow_nsids = config.follow_nsids
+        self._repost_nsids = frozenset(c.nsid for c in config.collections.values() if c.reposts)
+        self._reposted_nsids = config.reposted_nsids
 
     @property
     def admits_all(self) -> bool:
@@ -59,6 +62,7 @@ class Admission:
             return False
         found = served.served_set(self.config)
         self.served, self.followees = found, served.followees_of(self.config, sorted(found))
+        self.reposted = items.reposted_subjects() if self._repost_nsids else set()
         self.version = current
         self.rebuilds += 1
         return True
@@ -81,5 +85,13 @@ class Admission:
                         self.followees.add(subject)  # their posts later in this batch count too
                 kept.append(event)
             elif event.did in self.served or event.did in self.followees:
+                if event.collection in self._repost_nsids and event.operation != "delete":
+                    subject = items.reposted_uri(event.record)
+                    if subject is not None:
+                        self.reposted.add(subject)  # its later edit or delete reaches the store
+                kept.append(event)
+            elif event.collection in self._reposted_nsids and event.uri in self.reposted:
+                # A record someone followed reposted, by an author nobody served follows: its
+                # edits and its delete must still reach the store and the timelines showing it.
                 kept.append(event)
         return kept

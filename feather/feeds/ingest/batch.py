@@ -41,7 +41,7 @@ class Net:
     upserts: dict = field(default_factory=dict)  # table -> (Collection, {uri: row})
     deletes: dict = field(default_factory=dict)  # table -> (Collection, set of uris)
     tombstones: dict = field(default_factory=dict)  # uri -> latest delete time
-    targets: dict = field(default_factory=dict)  # uri -> (nsid, author, time_us) to fan out
+    targets: dict = field(default_factory=dict)  # uri -> (nsid, author, time_us, subject) to fan out
     writers: set = field(default_factory=set)  # (nsid, author) of every target write, kept or not
     resync: dict = field(default_factory=dict)  # uri -> time_us its existing feed rows move to
     removed: set = field(default_factory=set)  # target uris whose feed rows all go
@@ -71,6 +71,11 @@ def net_effect(steps: list[Step]) -> Net:
         if s.is_target:
             tail.setdefault(uri, []).append(s)
             net.writers.add((e.collection, e.did))
+            if s.prior is not None and s.coll.reposts is not None and (
+                    items.reposted_uri(records.parse_value(s.prior[1])) != items.reposted_uri(e.record)):
+                # A repost edited to repost something else: its rows go, and the fan-out below
+                # writes them again with the new subject (an insert would keep the old one).
+                net.removed.add(uri)
         if s.backfills:
             net.follows.setdefault(e.collection, set()).add((e.did, s.backfills))
         if s.unfollows:  # an edit that moved the follow to another subject
@@ -78,7 +83,8 @@ def net_effect(steps: list[Step]) -> Net:
     for uri, writes in tail.items():
         if writes:
             last = writes[-1]
-            net.targets[uri] = (last.event.collection, last.event.did, last.time_us)
+            subject = items.reposted_uri(last.event.record) if last.coll.reposts else None
+            net.targets[uri] = (last.event.collection, last.event.did, last.time_us, subject)
             if any(w.moves_time for w in writes):
                 net.resync[uri] = last.time_us
     return net
@@ -139,8 +145,8 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
 
 def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
     nsids = {t.nsid for t in feed.targets}
-    rows = [(uri, nsid, time_us, author) for uri, (nsid, author, time_us) in sorted(net.targets.items())
-            if nsid in nsids]
+    rows = [(uri, nsid, time_us, author, subject) for uri, (nsid, author, time_us, subject)
+            in sorted(net.targets.items()) if nsid in nsids]
     writers = sorted({author for nsid, author in net.writers if nsid in nsids})
     if feed.fanout_max_followers is not None and writers:
         # Every write probes, as it would alone: a post deleted later in the batch still marks
@@ -153,5 +159,5 @@ def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
             # Hybrid: readers merge these authors' posts from the records store instead.
             sql.execute(*heavy_authors.mark_heavy_sql(feed, sorted(heavy), now))
             rows = [row for row in rows if row[3] not in heavy]
-    for chunk in _chunked(rows, 4):
+    for chunk in _chunked(rows, 5):
         sql.execute(*items.fan_out_sql(config, feed, chunk))

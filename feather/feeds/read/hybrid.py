@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from feather import sql
 from feather.feeds.config import Feed, FeedsConfig, Target
-from feather.feeds.read import query
+from feather.feeds.read import query, replies, reposts
 from feather.feeds.store.schema import subject_expr
 
 
@@ -37,8 +37,17 @@ def union_sql(config: FeedsConfig, feed: Feed, target: Target) -> str:
 
 
 def feed_source(config: FeedsConfig, feed: Feed, target: Target, actor: str) -> query.Source:
+    source = _source(config, feed, target, actor)
+    replies.restrict(config, feed, actor, source)
+    return source
+
+
+def _source(config: FeedsConfig, feed: Feed, target: Target, actor: str) -> query.Source:
     c = config.collections[target.short]
     if feed.fanout_max_followers is None:
+        repost = feed.reposts_of(target)
+        if repost is not None:
+            return reposts.feed_source(actor, target, repost, c)
         return query.feed_source(actor, target.nsid, c)
     union = union_sql(config, feed, target)
     union_params = [actor, target.nsid, feed.name, actor]

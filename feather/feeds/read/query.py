@@ -31,6 +31,7 @@ class Source:
     where_params: list = field(default_factory=list)
     t: str = "r.time_us"  # the time sort key (indexed on the source's driving table)
     u: str = "r.uri"
+    reposts: bool = False  # rows may be reposts: `u` is then the repost's URI and `t` its time
 
 
 def collection_source(c: Collection, author: str | None = None) -> Source:
@@ -139,15 +140,31 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
                 values += [cur.v, cur.v, cur.t, cur.t, cur.u]
     statement = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
            + (f", {_field_expr(sort_field)}" if sort_field else "")
+           + (", r.time_us AS record_time_us" if source.reposts else "")
            + f" {source.from_sql}" + (f" WHERE {' AND '.join(where)}" if where else "")
            + f" ORDER BY {order_by} LIMIT ?")
     rows = sql.rows(statement, source.from_params + values + [limit])
     out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
+    if source.reposts:
+        for record, row in zip(out["records"], rows):
+            _reason(record, row)
     if len(rows) == limit:
         last = rows[-1]
         out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if sort_field else None,
                                        with_v=sort_field is not None)
     return out
+
+
+def _reason(record: dict, row) -> None:
+    """A row a repost brought: the record keeps its own time; `reason` says which repost, whose,
+    and when (the time the feed orders it by)."""
+    record["time_us"] = row[-1]
+    if row[6] != row[0]:
+        record["reason"] = {"$type": REASON_REPOST, "repost": row[6], "by": row[6].split("/")[2],
+                            "time_us": row[5]}
+
+
+REASON_REPOST = "app.bsky.feed.defs#skeletonReasonRepost"
 
 
 def format_record(c: Collection, row) -> dict:

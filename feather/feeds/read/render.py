@@ -119,6 +119,11 @@ def post_url(uri: object) -> str | None:
     return f"{BSKY}/profile/{quote(parsed.did_or_handle, safe=':')}/post/{quote(parsed.rkey, safe='')}"
 
 
+def profile_url(did: str) -> str | None:
+    """An account's page on bsky.app (links only)."""
+    return f"{BSKY}/profile/{quote(did, safe=':')}" if is_valid_did(did) else None
+
+
 def _post_ref(value: object) -> str | None:
     """The at:// URI of a strong ref to an app.bsky.feed.post, or None."""
     uri = value.get("uri") if isinstance(value, dict) else None

@@ -39,6 +39,8 @@ class Entry:
     iso: str = ""
     reply_to: str | None = None  # the replied-to post's author, by name, handle or DID
     reply_url: str | None = None  # that post on bsky.app
+    reposted_by: str | None = None  # who reposted it into this timeline (the newest such repost)
+    reposter_url: str | None = None  # their profile on bsky.app
 
 
 def page_size(raw: str | None) -> int:
@@ -58,9 +60,11 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
     collection, src = source(config, feed, did, target)
     page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or ""}, src)
     shown = page["records"]
-    handles = hydrate(app, config, [r["did"] for r in shown]) if shown else {}
+    reposters = [r["reason"]["by"] for r in shown if r.get("reason")]
+    handles = hydrate(app, config, [r["did"] for r in shown] + reposters) if shown else {}
     values = [r["value"] if isinstance(r["value"], dict) else {} for r in shown]
-    context = _Context(config, collection, [r["did"] for r in shown], values)
+    context = _Context(config, collection, [r["did"] for r in shown] + reposters, values)
+    context.handles.update({did: h for did, h in handles.items() if h and did in reposters})
     names = context.names
     out = []
     for r, value, parent, quote in zip(shown, values, context.parents, context.quotes):
@@ -72,9 +76,16 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
         out.append(Entry(r["uri"], r["did"], names.get(r["did"]), handles.get(r["did"]),
                          render.rich_text(text, value.get("facets")), context.embeds(value, quote, url), url,
                          render.ago(t, now), render.exact(t), render.iso(t),
-                         context.label(render.author_of(parent)) if parent else None, render.post_url(parent)))
+                         context.label(render.author_of(parent)) if parent else None, render.post_url(parent),
+                         *_reposter(context, r.get("reason"))))
     top = cursors.encode(shown[0]["time_us"], shown[0]["uri"], "time") if shown else None
     return out, page.get("cursor"), top
+
+
+def _reposter(context: "_Context", reason: dict | None) -> tuple[str | None, str | None]:
+    if not reason:
+        return None, None
+    return context.label(reason["by"]), render.profile_url(reason["by"])
 
 
 class _Context:

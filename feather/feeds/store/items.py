@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from feather import sql
 from feather.db import current_dialect
-from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.store.schema import subject_expr
 
 
@@ -62,16 +62,53 @@ def unfollow_clause(config: FeedsConfig, follower: str, subject: str, nsid: str)
             (follower, nsid, *unfollow_range(subject, nsid), *([subject, follower] * len(tables))))
 
 
+# --- reposts ------------------------------------------------------------------------------------
+
+def reposted_uri(record) -> str | None:
+    """What a repost record reposts (its subject.uri), as feed_items.subject stores it."""
+    subject = record.get("subject") if isinstance(record, dict) else None
+    uri = subject.get("uri") if isinstance(subject, dict) else None
+    return uri if isinstance(uri, str) and uri.startswith("at://") and len(uri) <= 1024 else None
+
+
+def subject_sql(target: Target, alias: str) -> str:
+    """A target record's feed_items.subject, read from its stored record in SQL (the backfills):
+    the same rule as reposted_uri, so a row gets one subject whichever path wrote it."""
+    if target.reposts is None:
+        return "NULL"
+    value = current_dialect().json_path_text(f"{alias}.record", ("subject", "uri"))
+    return (f"CASE WHEN substr({value}, 1, 5) = 'at://' AND length({value}) <= 1024"
+            f" THEN {value} END")
+
+
+def reposted_subjects_sql():
+    """Every record reposted into someone's timeline (the partial subject index, read alone)."""
+    return "SELECT DISTINCT subject FROM feed_items WHERE subject IS NOT NULL", ()
+
+
+def reposted_subjects() -> set[str]:
+    return {row[0] for row in sql.rows(*reposted_subjects_sql())}
+
+
+def missing_reposted_sql(config: FeedsConfig, repost: Target, reposted_table: str, actor: str, limit: int):
+    """The reader's newest repost rows whose reposted record is not stored (nor known deleted)."""
+    return (f"SELECT f.subject FROM feed_items f WHERE f.actor = ? AND f.collection = ?"
+            f" AND f.subject IS NOT NULL"
+            f" AND NOT EXISTS (SELECT 1 FROM {reposted_table} p WHERE p.uri = f.subject)"
+            f" AND NOT EXISTS (SELECT 1 FROM feed_tombstones s WHERE s.uri = f.subject)"
+            f" ORDER BY f.time_us DESC, f.uri ASC LIMIT ?", (actor, repost.nsid, limit))
+
+
 # --- ingest's batch statements (ingest/batch.py) -------------------------------------------------
 
 def fan_out_sql(config: FeedsConfig, feed: Feed, rows: list[tuple]):
-    """rows: (uri, nsid, time_us, author). Every follower of each author gets the record."""
+    """rows: (uri, nsid, time_us, author, subject). Every follower of each author gets the record."""
     d = current_dialect()
     follow = config.collections[feed.follow].table
-    return (f"{d.values_cte('t', ('uri', 'collection', 'time_us', 'author'), len(rows))}"
-            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
-            f" SELECT r.did, t.uri, t.collection, t.time_us FROM t, {follow} r WHERE {subject_expr('r')} = t.author"
-            f" ON CONFLICT DO NOTHING", [v for row in rows for v in row])
+    return (f"{d.values_cte('t', ('uri', 'collection', 'time_us', 'author', 'subject'), len(rows))}"
+            f" INSERT INTO feed_items (actor, uri, collection, time_us, subject)"
+            f" SELECT r.did, t.uri, t.collection, t.time_us, t.subject FROM t, {follow} r"
+            f" WHERE {subject_expr('r')} = t.author ON CONFLICT DO NOTHING", [v for row in rows for v in row])
 
 
 def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list[tuple[str, str]]):
@@ -84,8 +121,9 @@ def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list
     n = min(feed.follow_backfill, target.cap)
     join = d.newest_per_row(table, "r", "r_n.did = v.subject", "r_n.time_us DESC, r_n.uri ASC")
     return (f"{d.values_cte('v', ('actor', 'subject'), len(pairs))}"
-            f" INSERT INTO feed_items (actor, uri, collection, time_us)"
-            f" SELECT v.actor, r.uri, ?, r.time_us FROM v {join} WHERE true ON CONFLICT DO NOTHING",
+            f" INSERT INTO feed_items (actor, uri, collection, time_us, subject)"
+            f" SELECT v.actor, r.uri, ?, r.time_us, {subject_sql(target, 'r')} FROM v {join}"
+            f" WHERE true ON CONFLICT DO NOTHING",
             [*(v for pair in pairs for v in pair), target.nsid, n])
 
 
@@ -100,6 +138,9 @@ def unfollow_sql(config: FeedsConfig, triples: list[tuple[str, str, str]]):
 
 
 def remove_targets_sql(uris: list[str]):
+    """The records' own rows. Rows of reposts of them stay (their reposter's, to prune or unfollow)
+    but show nothing: a read joins a repost row to the record it shows, which is gone. Deleting
+    them here would make a post's delete depend on the order of other URIs' reposts in a batch."""
     return f"DELETE FROM feed_items WHERE uri IN ({', '.join('?' * len(uris))})", list(uris)
 
 
@@ -120,16 +161,16 @@ def follow_backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, foll
     target = feed.targets[target_index]
     table = config.collections[target.short].table
     n = min(feed.follow_backfill, target.cap)
-    return (f"INSERT INTO feed_items (actor, uri, collection, time_us)"
-            f" SELECT ?, r.uri, ?, r.time_us FROM {table} r WHERE r.did = ?"
+    return (f"INSERT INTO feed_items (actor, uri, collection, time_us, subject)"
+            f" SELECT ?, r.uri, ?, r.time_us, {subject_sql(target, 'r')} FROM {table} r WHERE r.did = ?"
             f" ORDER BY r.time_us DESC, r.uri ASC LIMIT ? ON CONFLICT DO NOTHING",
             (follower, target.nsid, subject, n))
 
 
-def insert(actor: str, uri: str, nsid: str, time_us: int) -> int:
+def insert(actor: str, uri: str, nsid: str, time_us: int, subject: str | None = None) -> int:
     """One row (the first-read bootstrap's); 1 if it was not there yet."""
-    return sql.execute("INSERT INTO feed_items (actor, uri, collection, time_us)"
-                       " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", (actor, uri, nsid, time_us)).rowcount
+    return sql.execute("INSERT INTO feed_items (actor, uri, collection, time_us, subject)"
+                       " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (actor, uri, nsid, time_us, subject)).rowcount
 
 
 def cutoff_delete_sql(actor: str, nsid: str, cap: int):

@@ -181,15 +181,22 @@ def delete_many(c: Collection, uris: list[str]) -> None:
         sql.execute(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})", chunk)
 
 
-def drop_author_sql(table: str, did: str):
+def _unless_reposted(table: str, reposted: bool) -> str:
+    """A record reposted into someone's timeline stays while that repost row does: the feed shows
+    it through the repost, whoever its author is (the partial subject index, one probe)."""
+    return f" AND NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.subject = {table}.uri)" if reposted else ""
+
+
+def drop_author_sql(table: str, did: str, reposted: bool = False):
     """Every record of did in one records table (the (did, time_us) index's prefix)."""
-    return f"DELETE FROM {table} WHERE did = ?", (did,)
+    return f"DELETE FROM {table} WHERE did = ?{_unless_reposted(table, reposted)}", (did,)
 
 
-def trim_author_sql(table: str, did: str, cap: int):
+def trim_author_sql(table: str, did: str, cap: int, reposted: bool = False):
     """did's records older than their cap-th newest; ties with it stay, like the prune."""
     return (f"DELETE FROM {table} WHERE did = ? AND time_us < ("
-            f"SELECT time_us FROM {table} WHERE did = ? ORDER BY time_us DESC LIMIT 1 OFFSET ?)",
+            f"SELECT time_us FROM {table} WHERE did = ? ORDER BY time_us DESC LIMIT 1 OFFSET ?)"
+            f"{_unless_reposted(table, reposted)}",
             (did, did, max(0, cap - 1)))
 
 

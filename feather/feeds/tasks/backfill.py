@@ -182,8 +182,10 @@ def followees_sql(config: FeedsConfig, feed: Feed):
     return f"SELECT DISTINCT {subject_expr('f')} FROM {follow} f WHERE f.did = ?"
 
 
-def newest_sql(table: str):
-    return f"SELECT r.uri, r.time_us FROM {table} r WHERE r.did = ? ORDER BY r.time_us DESC, r.uri ASC LIMIT ?"
+def newest_sql(table: str, subject: str = "NULL"):
+    """A followee's newest records; `subject` is the feed row's subject (items.subject_sql)."""
+    return (f"SELECT r.uri, r.time_us, {subject} FROM {table} r WHERE r.did = ?"
+            f" ORDER BY r.time_us DESC, r.uri ASC LIMIT ?")
 
 
 def bootstrap(config: FeedsConfig, feed: Feed, actor: str) -> int:
@@ -198,15 +200,16 @@ def bootstrap(config: FeedsConfig, feed: Feed, actor: str) -> int:
     for target in feed.targets:
         table = config.collections[target.short].table
         best: list = []
+        statement = newest_sql(table, items.subject_sql(target, "r"))
         for did in followees:
-            for uri, time_us in sql.rows(newest_sql(table), (did, target.cap)):
-                entry = (time_us, _Desc(uri))
+            for uri, time_us, subject in sql.rows(statement, (did, target.cap)):
+                entry = (time_us, _Desc(uri), subject)
                 if len(best) < target.cap:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
                     heapq.heapreplace(best, entry)
-        for time_us, uri in best:
-            added += items.insert(actor, uri.value, target.nsid, time_us)
+        for time_us, uri, subject in best:
+            added += items.insert(actor, uri.value, target.nsid, time_us, subject)
     caps = config.target_caps()  # the global prune's caps: never trim below another feed's
     prune.prune_actor(actor, {t.nsid: caps[t.nsid] for t in feed.targets})
     return added

@@ -57,20 +57,22 @@ def _followed(config: FeedsConfig, did: str) -> bool:
 
 
 def sweep_author(config: FeedsConfig, c: Collection, did: str, serving: set[str]) -> int:
-    """Apply the three rules to one author in one table; the number of records removed."""
+    """Apply the three rules to one author in one table; the number of records removed. A record
+    some timeline shows through a repost stays, whoever wrote it."""
+    reposted = c.nsid in config.reposted_nsids
     if c.nsid in config.follow_nsids:
         keep = did in serving
     else:
         keep = did in serving or _followed(config, did)
     if not keep:
-        removed = sql.execute(*records.drop_author_sql(c.table, did)).rowcount
+        removed = sql.execute(*records.drop_author_sql(c.table, did, reposted)).rowcount
         # So that following them again fetches their past records afresh (fetches.request).
         fetches.forget(did)
         return removed
     cap = config.target_caps().get(c.nsid)
     if cap is None:
         return 0
-    statement, params = records.trim_author_sql(c.table, did, cap)
+    statement, params = records.trim_author_sql(c.table, did, cap, reposted)
     return sql.execute(statement, params).rowcount
 
 

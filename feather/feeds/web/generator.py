@@ -21,7 +21,7 @@ from flask import Blueprint, abort, current_app, jsonify, request
 from feather import sql
 from feather.errors import ApiError
 from feather.feeds.config import Feed, FeedsConfig
-from feather.feeds.read import hybrid, query
+from feather.feeds.read import hybrid, query, reposts
 from feather.feeds.read.sources import sources_for
 from feather.feeds.tasks import backfill
 from feather.feeds.web import budget, context
@@ -124,13 +124,22 @@ def skeleton():
     app = current_app._get_current_object()
     backfill.maybe_start(app, config, feed, viewer, admit=lambda: budget.try_spend(app, request.remote_addr))
     target = post_target(feed)
+    reposts.fill(app, config, feed, target, viewer, admit=lambda: budget.try_spend(app, request.remote_addr))
     source = hybrid.feed_source(config, feed, target, viewer)
     params = {"limit": str(parse_limit(request.args.get("limit"))), "cursor": request.args.get("cursor") or ""}
     page = query.run(config, config.collections[target.short], params, source)
-    body: dict = {"feed": [{"post": r["uri"]} for r in page["records"]]}
+    body: dict = {"feed": [_item(r) for r in page["records"]]}
     if page.get("cursor"):
         body["cursor"] = page["cursor"]
     return jsonify(body)
+
+
+def _item(record: dict) -> dict:
+    """A skeleton item: the post, and the repost that brought it (the app shows "reposted by")."""
+    reason = record.get("reason")
+    if reason is None:
+        return {"post": record["uri"]}
+    return {"post": record["uri"], "reason": {"$type": reason["$type"], "repost": reason["repost"]}}
 
 
 def init_app(app, settings) -> None:

@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 from flask import Blueprint, abort, current_app, render_template, request, url_for
 
 from feather.auth import current_account, login_required
-from feather.feeds.read import timeline
+from feather.feeds.read import reposts, timeline
 from feather.feeds.tasks import backfill
-from feather.feeds.web import context
+from feather.feeds.web import budget, context
 
 bp = Blueprint("timeline", __name__)
 
@@ -33,8 +33,8 @@ def _target(feed):
     """The target the page shows: ?collection= (short name or NSID), else the feed's first."""
     wanted = request.args.get("collection")
     if not wanted:
-        return feed.targets[0]
-    for target in feed.targets:
+        return feed.shown[0]
+    for target in feed.shown:
         if wanted in (target.short, target.nsid):
             return target
     abort(404, "This feed has no such collection.")
@@ -43,7 +43,7 @@ def _target(feed):
 def _keep(config, feed, target) -> dict:
     """The query parameters every link of the page carries forward (defaults left out)."""
     return {"feed": feed.name if len(config.feeds) > 1 or request.args.get("feed") else None,
-            "collection": target.short if target is not feed.targets[0] else None,
+            "collection": target.short if target is not feed.shown[0] else None,
             "limit": request.args.get("limit") and str(timeline.page_size(request.args.get("limit")))}
 
 
@@ -60,14 +60,15 @@ def _context() -> dict:
     app = current_app._get_current_object()
     # Signing in already started this; a page view only restarts one that failed and is due again.
     backfill.maybe_start(app, config, feed, did)
+    reposts.fill(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     limit = timeline.page_size(request.args.get("limit"))
     cursor = request.args.get("cursor") or None
     entries, older, top = timeline.read(app, config, feed, did, cursor, limit, target=target)
     keep = _keep(config, feed, target)
     return {
-        "feed": feed, "feeds": list(config.feeds), "entries": entries, "cursor": cursor, "target": target,
+        "feed": feed, "feeds": [(name, f.label) for name, f in config.feeds.items()], "entries": entries, "cursor": cursor, "target": target,
         "target_urls": [(t.short, _url("timeline.page", **{**keep, "collection": None if i == 0 else t.short}))
-                        for i, t in enumerate(feed.targets)] if len(feed.targets) > 1 else [],
+                        for i, t in enumerate(feed.shown)] if len(feed.shown) > 1 else [],
         "filling": timeline.filling(config, feed, did),
         "older_url": _url("timeline.page", cursor=older, **keep) if older else None,
         "more_url": _url("timeline.more", cursor=older, **keep) if older else None,

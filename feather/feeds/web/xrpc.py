@@ -12,7 +12,7 @@ from flask import Blueprint, current_app, jsonify, request
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
 from feather.feeds.config import FeedsConfig
-from feather.feeds.read import hybrid, query
+from feather.feeds.read import hybrid, query, reposts
 from feather.feeds.read.identities import profiles_for
 from feather.feeds.read.sources import sources_for
 from feather.feeds.tasks import authors, backfill
@@ -71,14 +71,15 @@ def get_feed():
     app = current_app._get_current_object()
     backfill.maybe_start(app, config, feed, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     wanted = request.args.get("collection")
-    target = feed.targets[0]
+    target = feed.shown[0]
     if wanted:
-        matches = [t for t in feed.targets if wanted in (t.nsid, t.short)]
+        matches = [t for t in feed.shown if wanted in (t.nsid, t.short)]
         if not matches:
             raise ApiError(400, "InvalidRequest", "Collection not in feed targets")
         target = matches[0]
     params = {k: v for k, v in request.args.items() if k not in STRIPPED}
     collection = config.collections[target.short]
+    reposts.fill(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     source = hybrid.feed_source(config, feed, target, did)
     author = request.args.get("did")
     if author is not None:  # Contrail's author filter: the feed's records by this one account
