@@ -357,3 +357,23 @@ def test_the_skeleton_carries_the_repost_reason_in_getfeeds_order(make_app, tmp_
                              {"post": puri(B, "p1")}]}
     assert [r["uri"] for r in feed(app)["records"]] == [i["post"] for i in body["feed"]]
     join_backfills(app)
+
+
+# --- reference hydration ------------------------------------------------------------------------
+
+def test_get_feed_hydrates_the_reply_parent_and_the_quoted_post_when_stored(app):
+    parent = {"uri": puri(D, "q1"), "cid": "bafyq"}
+    ingest(app, [follow(A, "f1", B), post(D, "q1", BASE_US + 1, text="the parent")])
+    ingest(app, [post(B, "p1", BASE_US + 2, text="answer", reply={"root": parent, "parent": parent}),
+                 post(B, "p2", BASE_US + 3, text="quote", embed={"$type": "app.bsky.embed.record",
+                                                                 "record": {"uri": puri(D, "q1"), "cid": "bafyq"}}),
+                 post(B, "p3", BASE_US + 4, text="quote of the unknown",
+                      embed={"$type": "app.bsky.embed.record", "record": {"uri": puri(D, "zz"), "cid": "bafyz"}})])
+    plain = feed(app)["records"]
+    assert all("parent" not in r and "quote" not in r for r in plain)
+    body = feed(app, hydrateParent="true", hydrateQuote="1")["records"]
+    got = {r["rkey"]: {k: (r[k]["uri"], r[k]["did"], r[k]["rkey"], r[k]["value"]["text"])
+                       for k in ("parent", "quote") if k in r} for r in body}
+    expected_ref = (puri(D, "q1"), D, "q1", "the parent")
+    assert got == {"p3": {}, "p2": {"quote": expected_ref}, "p1": {"parent": expected_ref}}
+    assert set(body[1]["quote"]) == {"uri", "cid", "did", "collection", "rkey", "time_us", "value"}

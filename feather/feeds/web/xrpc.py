@@ -12,7 +12,7 @@ from flask import Blueprint, current_app, jsonify, request
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
 from feather.feeds.config import FeedsConfig
-from feather.feeds.read import hybrid, query, reposts
+from feather.feeds.read import hybrid, query, refs, reposts
 from feather.feeds.read.identities import profiles_for
 from feather.feeds.read.sources import sources_for
 from feather.feeds.tasks import authors, backfill
@@ -45,6 +45,7 @@ def _resolve(identifier: str) -> str:
 def _page(config: FeedsConfig, collection, params, source) -> dict:
     """The listRecords pipeline's page, with `profiles=true`'s handles and profile records."""
     out = query.run(config, collection, params, source)
+    refs.hydrate(collection, out["records"], params)
     if params.get("profiles") == "true":
         out["profiles"] = profiles_for(current_app._get_current_object(), config,
                                        [r["did"] for r in out["records"]])
