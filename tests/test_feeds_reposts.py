@@ -377,3 +377,16 @@ def test_get_feed_hydrates_the_reply_parent_and_the_quoted_post_when_stored(app)
     expected_ref = (puri(D, "q1"), D, "q1", "the parent")
     assert got == {"p3": {}, "p2": {"quote": expected_ref}, "p1": {"parent": expected_ref}}
     assert set(body[1]["quote"]) == {"uri", "cid", "did", "collection", "rkey", "time_us", "value"}
+
+
+def test_both_built_in_feeds_are_offered_for_publishing_under_their_titles(make_app, tmp_path, monkeypatch):
+    from tests.test_sync_views import sign_in
+
+    app = feeds_app(make_app, tmp_path, FEATHERREADER_PUBLIC_URL="https://feather.example.com",
+                    FEATHERREADER_ADMIN_DIDS=[A])
+    client = app.test_client()
+    sign_in(app, client, did=A, handle="alice.test")
+    page = client.get("/feeds/publish").get_data(as_text=True)
+    assert '<h2>Following <span class="muted">(timeline)</span></h2>' in page
+    assert '<h2>Following, posts only <span class="muted">(posts)</span></h2>' in page
+    assert 'name="display_name" maxlength="64" required\n        value="Following, posts only"' in page
