@@ -390,3 +390,14 @@ def test_both_built_in_feeds_are_offered_for_publishing_under_their_titles(make_
     assert '<h2>Following <span class="muted">(timeline)</span></h2>' in page
     assert '<h2>Following, posts only <span class="muted">(posts)</span></h2>' in page
     assert 'name="display_name" maxlength="64" required\n        value="Following, posts only"' in page
+
+
+def test_identity_events_of_followees_and_strangers_pass_admission_beside_reposts(admitted):
+    """An account's identity event has no collection: the repost checks must not read one."""
+    from feather.jetstream.events import IdentityEvent
+
+    app, sources = admitted
+    ingest(app, [follow(A, "f2", C)])
+    ingest(app, [IdentityEvent(C, BASE_US + 1, "cee.test"), IdentityEvent(D, BASE_US + 2, "dee.test"),
+                 repost(C, "r1", puri(D, "q1"), BASE_US + 20)])
+    assert rows(app, "SELECT uri FROM feed_records_repost") == [(ruri(C, "r1"),)]

@@ -85,12 +85,14 @@ class Admission:
                         self.followees.add(subject)  # their posts later in this batch count too
                 kept.append(event)
             elif event.did in self.served or event.did in self.followees:
-                if event.collection in self._repost_nsids and event.operation != "delete":
+                if (isinstance(event, CommitEvent) and event.collection in self._repost_nsids
+                        and event.operation != "delete"):
                     subject = items.reposted_uri(event.record)
                     if subject is not None:
                         self.reposted.add(subject)  # its later edit or delete reaches the store
                 kept.append(event)
-            elif event.collection in self._reposted_nsids and event.uri in self.reposted:
+            elif (isinstance(event, CommitEvent) and event.collection in self._reposted_nsids
+                  and event.uri in self.reposted):
                 # A record someone followed reposted, by an author nobody served follows: its
                 # edits and its delete must still reach the store and the timelines showing it.
                 kept.append(event)
