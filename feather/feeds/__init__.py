@@ -28,7 +28,7 @@ from feather.feeds.tasks.authors import FETCH_TICK_SECS, fetch_tick
 from feather.feeds.tasks.backfill import on_sign_in
 from feather.feeds.tasks.prune import prune_tick
 from feather.feeds.tasks.tombstones import sweep_tombstones
-from feather.feeds.web import generator, publish, publish_views, timeline_page
+from feather.feeds.web import generator, publish, publish_views, reader_feed, timeline_page
 from feather.feeds.web.xrpc import make_blueprint
 from feather.jetstream.subscriptions import Handler, Subscription
 
@@ -80,6 +80,7 @@ def _init_pages(app, settings) -> None:
     declare_scopes(publish.REPO_SCOPE)  # the client metadata must list every scope we may ask for
     app.register_blueprint(timeline_page.bp)
     app.register_blueprint(publish_views.bp)
+    app.register_blueprint(reader_feed.bp)
     app.cli.add_command(publish_views.feeds_cli)
     generator.init_app(app, settings)
 

@@ -16,7 +16,7 @@ from flask import current_app
 from feather import sql
 from feather.features import add_people_source
 from feather.feeds.read.timeline import _display_names
-from feather.feeds.store import backfills, generators, items, serial, served
+from feather.feeds.store import backfills, generators, items, reader_links, serial, served
 from feather.feeds.store.records import _uri_in, load_many
 from feather.personal import Holding, register as add, register_panel
 
@@ -33,6 +33,9 @@ def describe(did: str) -> list[str]:
     if items:
         lines.append(f"Your timeline: {items:,} entr{'y' if items == 1 else 'ies'}, each a link to a public "
                      "post by someone you follow and its time.")
+    links = len(reader_links.live(did))
+    if links:
+        lines.append(f"{links} private feed-reader link{'s' if links != 1 else ''} to your timeline.")
     return lines
 
 
@@ -54,6 +57,7 @@ def delete(did: str) -> None:
     # What this instance remembers of generator records the person published (the records
     # themselves are in their own repo, theirs to delete).
     generators.forget_publisher(did)
+    reader_links.forget(did)  # a feed-reader URL must not outlive the data it reads
     served.forget(did)  # bumps the version: the ingesting process rebuilds its filter
 
 

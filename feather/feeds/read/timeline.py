@@ -41,6 +41,7 @@ class Entry:
     reply_url: str | None = None  # that post on bsky.app
     reposted_by: str | None = None  # who reposted it into this timeline (the newest such repost)
     reposter_url: str | None = None  # their profile on bsky.app
+    shown_iso: str = ""  # when it entered the timeline: its own time, or the repost's
 
 
 def page_size(raw: str | None) -> int:
@@ -77,14 +78,21 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
                          render.rich_text(text, value.get("facets")), context.embeds(value, quote, url), url,
                          render.ago(t, now), render.exact(t), render.iso(t),
                          context.label(render.author_of(parent)) if parent else None, render.post_url(parent),
-                         *_reposter(context, r.get("reason"))))
-    top = cursors.encode(shown[0]["time_us"], shown[0]["uri"], "time") if shown else None
+                         *_reposter(context, r.get("reason")), shown_iso=render.iso(_position(r)[0])))
+    # The feed's keyset: a repost's row sits at the repost's time and URI, not the post's.
+    top = cursors.encode(*_position(shown[0]), "time") if shown else None
     return out, page.get("cursor"), top
 
 
 def _reposter(context: "_Context", reason: dict | None) -> tuple[str | None, str | None]:
     if not reason:
         return None, None
+def _position(record: dict) -> tuple[int, str]:
+    """(time, uri) of the feed row that shows the record: the repost's when one brought it."""
+    reason = record.get("reason")
+    return (reason["time_us"], reason["repost"]) if reason else (record["time_us"], record["uri"])
+
+
     return context.label(reason["by"]), render.profile_url(reason["by"])
 
 
