@@ -401,3 +401,20 @@ def test_identity_events_of_followees_and_strangers_pass_admission_beside_repost
     ingest(app, [IdentityEvent(C, BASE_US + 1, "cee.test"), IdentityEvent(D, BASE_US + 2, "dee.test"),
                  repost(C, "r1", puri(D, "q1"), BASE_US + 20)])
     assert rows(app, "SELECT uri FROM feed_records_repost") == [(ruri(C, "r1"),)]
+
+
+def test_new_posts_count_from_a_page_whose_newest_entry_is_a_repost(app):
+    from feather.feeds.read import timeline
+
+    ingest(app, [follow(A, "f1", B), follow(A, "f2", C), post(B, "p1", BASE_US + 10), post(D, "q1", BASE_US + 11)])
+    ingest(app, [repost(C, "r1", puri(D, "q1"), BASE_US + 20)])
+    config = app.extensions["feeds"]
+    feed_ = config.feeds["timeline"]
+    with app.app_context(), db.connection_context():
+        entries, _older, top = timeline.read(app, config, feed_, A, None, 30)
+        assert [(e.uri, e.reposted_by, e.shown_iso) for e in entries] == [
+            (puri(D, "q1"), C, iso(BASE_US + 20)[:19] + "Z"), (puri(B, "p1"), None, iso(BASE_US + 10)[:19] + "Z")]
+        assert timeline.newer_count(config, feed_, A, top) == 0
+    ingest(app, [post(B, "p2", BASE_US + 30), repost(C, "r2", puri(B, "p1"), BASE_US + 40)])
+    with app.app_context(), db.connection_context():
+        assert timeline.newer_count(config, feed_, A, top) == 2
