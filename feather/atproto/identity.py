@@ -65,6 +65,14 @@ class DidDocument:
                 return method
         return None
 
+    def service_endpoint(self, fragment: str, kind: str) -> str | None:
+        """The endpoint of the service `#<fragment>` of type `kind` (scheme://host[:port]), or None."""
+        for svc in _list(self.raw.get("service")):
+            if (isinstance(svc, dict) and svc.get("id") in (f"#{fragment}", f"{self.did}#{fragment}")
+                    and svc.get("type") == kind):
+                return _endpoint(svc.get("serviceEndpoint"))
+        return None
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -226,6 +234,14 @@ class IdentityResolver:
         if not doc.pds:
             raise UnresolvableDid(f"The account {did} names no PDS.", did)
         return doc.pds
+
+    def labeler_endpoint(self, did: str) -> str:
+        """Where a labeler serves its labels: the `#atproto_labeler` service (AtprotoLabeler)."""
+        endpoint = self.resolve_did(did).service_endpoint("atproto_labeler", "AtprotoLabeler")
+        if not endpoint:
+            raise UnresolvableDid(f"The account {did} is not a labeler (its DID document names no labeler service).",
+                                  did)
+        return endpoint
 
     def signing_key(self, did: str):
         """The `#atproto` key as a cryptography EllipticCurvePublicKey (P-256 or secp256k1)."""
