@@ -59,6 +59,7 @@ def demo_env(args) -> dict[str, str]:
         "FEATHERREADER_HANDLE_RESOLVER": "",
         "FEATHERREADER_RELAY_HOSTS": "http://127.0.0.1:9",
         "FEATHERREADER_HTTP_TIMEOUT_SECS": "2",
+        "FEED_LABELERS": "",  # offline: only the posts' own self-labels
         # The demo's made-up accounts never sign in, and anyone may open any of their timelines.
         "FEED_SERVE": "all",
     }

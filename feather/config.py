@@ -105,6 +105,15 @@ SETTINGS: tuple[Setting, ...] = (
             "(aud = FEATHERREADER_FEED_SERVICE_DID, lxm = the getFeed method)."),
     Setting("FEATHERREADER_FEED_SERVICE_DID", text, "",
             "This service's DID, the `aud` a getFeed service-auth token must carry. Required when FEED_SERVICE_AUTH=1."),
+    Setting("FEED_LABELERS", names, "did:plc:ar7c4by46qjdydhdevvrndac",
+            "Comma-separated DIDs of the labelers whose labels `/timeline` honours (asked with queryLabels at "
+            "each one's `#atproto_labeler` endpoint); the default is Bluesky's moderation service. Empty: only "
+            "the posts' own self-labels."),
+    Setting("FEED_LABELS_TTL_SECS", whole(1), "900",
+            "How long a labeler's answer about a post or account is kept before it is asked again (seconds)."),
+    Setting("FEED_LABELS_WAIT_MS", whole(0, 10_000), "1000",
+            "The longest a page or getFeed waits for labelers (ms); posts not checked in time are shown with "
+            "a note saying so."),
     # --- identity and sign-in (feather/atproto, feather/auth)
     Setting("FEATHERREADER_HANDLE_RESOLVER", text, "https://bsky.social",
             "Service whose `com.atproto.identity.resolveHandle` is asked when a handle has neither a DNS "

@@ -115,6 +115,94 @@ class Dialect:
     def greatest(self, a: str, b: str) -> str:
         return f"max({a}, {b})" if self.is_sqlite else f"GREATEST({a}, {b})"
 
+    # --- full-text search (feeds/store/search.py builds the words; only their storage differs)
+    def search_objects(self, table: str) -> list[tuple[str, str]]:
+        """(DDL, the object it names) for one collection's search index, keyed by record URI.
+
+        SQLite: `table` maps each URI to a docid (its INTEGER PRIMARY KEY, which VACUUM keeps,
+        unlike a records table's implicit rowid) and `<table>_fts`, an FTS5 table whose rowid is
+        that docid. Its `ascii` tokenizer splits only on ASCII punctuation and spaces, so the words
+        search.py wrote, joined by spaces, come back exactly. PostgreSQL: one table with the words
+        as a tsvector and a GIN index over it."""
+        if not table.replace("_", "").isalnum():
+            raise ValueError(f"unsafe table name: {table!r}")
+        if self.is_sqlite:
+            return [(f"CREATE TABLE IF NOT EXISTS {table} (docid INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)",
+                     table),
+                    (f"CREATE VIRTUAL TABLE IF NOT EXISTS {table}_fts USING fts5(body, tokenize = 'ascii')",
+                     f"{table}_fts")]
+        return [(f'CREATE TABLE IF NOT EXISTS {table} (uri TEXT COLLATE "C" PRIMARY KEY, doc tsvector NOT NULL)',
+                 table),
+                (f"CREATE INDEX IF NOT EXISTS {table}_doc ON {table} USING GIN (doc)", f"{table}_doc")]
+
+    def search_upsert_sql(self, table: str, rows: int) -> list[str]:
+        """Statements that (re)index `rows` records; each takes the same parameters, (uri, document)
+        per row, the document as search_document made it."""
+        v = self.values_cte("v", ("uri", "doc"), rows)
+        if self.is_sqlite:
+            return [f"{v} INSERT INTO {table} (uri) SELECT uri FROM v WHERE true ON CONFLICT (uri) DO NOTHING",
+                    f"{v} DELETE FROM {table}_fts WHERE rowid IN (SELECT k.docid FROM v JOIN {table} k ON k.uri = v.uri)",
+                    f"{v} INSERT INTO {table}_fts (rowid, body) SELECT k.docid, v.doc FROM v JOIN {table} k ON k.uri = v.uri"]
+        return [f"{v} INSERT INTO {table} (uri, doc) SELECT uri, CAST(doc AS tsvector) FROM v"
+                " ON CONFLICT (uri) DO UPDATE SET doc = excluded.doc"]
+
+    def search_delete_sql(self, table: str, uris: str) -> list[str]:
+        """Statements that remove the index rows of the URIs `uris` lists (bound values, or a
+        SELECT of a records table); each takes the same parameters, those of `uris`."""
+        if self.is_sqlite:
+            return [f"DELETE FROM {table}_fts WHERE rowid IN (SELECT docid FROM {table} WHERE uri IN ({uris}))",
+                    f"DELETE FROM {table} WHERE uri IN ({uris})"]
+        return [f"DELETE FROM {table} WHERE uri IN ({uris})"]
+
+    def search_join(self, table: str, alias: str = "s", probe: bool = False) -> tuple[str, str]:
+        """(a JOIN of the index to the records alias `r` keeping only matches, taking the query as
+        its one parameter; the relevance, higher is better). SQLite's bm25 is lower-is-better
+        and weighs each word by how rare it is in the collection; PostgreSQL's ts_rank counts
+        the words' occurrences in the one record, so the two order matches alike but not equally.
+
+        probe: the rows come from a smaller table joined before (a reader's timeline), so each is
+        probed in the index by rowid, instead of every match in the collection joined to them
+        (SQLite, which plans without statistics, keeps a CROSS JOIN's order; PostgreSQL's planner
+        weighs the two with its statistics)."""
+        if not (table + alias).replace("_", "").isalnum():
+            raise ValueError(f"unsafe identifier: {table!r}, {alias!r}")
+        if self.is_sqlite:
+            join = "CROSS JOIN" if probe else "JOIN"
+            return (f"{join} {table} {alias}_k ON {alias}_k.uri = r.uri {join} {table}_fts {alias}"
+                    f" ON {alias}.rowid = {alias}_k.docid AND {alias}.{table}_fts MATCH ?",
+                    f"(-bm25({alias}.{table}_fts))")
+        return (f"CROSS JOIN (SELECT CAST(? AS tsquery) AS q) {alias}_q"
+                f" JOIN {table} {alias} ON {alias}.uri = r.uri AND {alias}.doc @@ {alias}_q.q",
+                f"CAST(ts_rank({alias}.doc, {alias}_q.q) AS DOUBLE PRECISION)")
+
+    def search_document(self, words: list[str]) -> str:
+        """The stored form of a record's words (letters, digits and marks only: no quote, no space)."""
+        if self.is_sqlite:
+            return " ".join(words)
+        positions: dict[str, list[str]] = {}
+        for i, word in enumerate(words, 1):
+            positions.setdefault(word, []).append(str(i))
+        return " ".join(f"{_tsquote(w)}:{','.join(p)}" for w, p in positions.items())
+
+    def search_query(self, groups) -> str:
+        """The match expression for groups (every group must match; a group is terms joined by
+        OR; a term is (words, prefix): one word, or a phrase of adjacent words, the last one a
+        prefix when prefix is true). Built only from search.py's words, never from raw text."""
+        def term(words, prefix):
+            if self.is_sqlite:
+                return '"' + " ".join(words) + '"' + ("*" if prefix else "")
+            parts = [_tsquote(w) for w in words]
+            if prefix:
+                parts[-1] += ":*"
+            return parts[0] if len(parts) == 1 else "(" + " <-> ".join(parts) + ")"
+
+        joiner = (" OR ", " AND ") if self.is_sqlite else (" | ", " & ")
+        out = []
+        for group in groups:
+            terms = [term(words, prefix) for words, prefix in group]
+            out.append(terms[0] if len(terms) == 1 else "(" + joiner[0].join(terms) + ")")
+        return joiner[1].join(out)
+
     # --- claiming rows across processes (sync lanes)
     def skip_locked(self, alias: str) -> str:
         """Appended to a SELECT that claims rows: on PostgreSQL, lock the chosen rows of `alias` and
@@ -198,6 +286,11 @@ class Dialect:
         if self.is_sqlite:
             return any(line.startswith(f"SCAN {table}") and "USING" not in line for line in plan)
         return any(f"Seq Scan on {table}" in line for line in plan)
+
+
+def _tsquote(word: str) -> str:
+    """A word as a tsvector/tsquery lexeme literal, taken as is (no parser, no dictionary)."""
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 SQLITE = Dialect("sqlite")

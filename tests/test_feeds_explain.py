@@ -11,6 +11,8 @@ ordered walk that a LIMIT stops (the sweep's first page).
 """
 from __future__ import annotations
 
+import base64
+import json
 import re
 from dataclasses import replace
 
@@ -225,6 +227,69 @@ def test_every_repost_and_replies_statement_is_index_bounded(repost_app):
     assert failures == {}
 
 
+def search_statements(app, config):
+    """Every statement search runs (store/search.py, read/query.py), from the functions that run
+    them: the index writes for a batch of two, the deletes by URI and by the records sweep's
+    conditions, and the listRecords and getFeed pages of a search with its cursor (captured from
+    query.run)."""
+    from feather import sql as sqlmod
+    from feather.feeds.read import query
+    from feather.feeds.store import search
+
+    d = current_dialect()
+    c = config.collections["post"]
+    post_table, table = c.table, c.search_table
+    index_tables = [post_table, "r", table, "s_k", "feed_items", "f", "g"]
+    out = {}
+    for i, statement in enumerate(d.search_upsert_sql(table, 2)):
+        out[f"search index {i}"] = ((statement, [POST_URI, "a", OTHER_URI, "b"]), index_tables + ["k"])
+    for i, statement in enumerate(search.forget_sql(c, "?, ?")):
+        out[f"search forget {i}"] = ((statement, [POST_URI, OTHER_URI]), index_tables)
+    for name, (statement, params) in {"drop author": records.drop_author_sql(post_table, S, True),
+                                      "trim author": records.trim_author_sql(post_table, S, 200, True)}.items():
+        for i, forget in enumerate(search.forget_sql(c, records.selected_uris_sql(c, statement))):
+            out[f"search forget, {name} {i}"] = ((forget, params), index_tables)
+    cursor = base64.urlsafe_b64encode(json.dumps({"t": 5, "u": POST_URI, "v": 0.5, "k": "search"}).encode()).decode()
+    params = {"search": '"black cat" OR dog* bird', "cursor": cursor, "limit": "30"}
+    feed = config.feeds["timeline"]
+    sources = {"listRecords search": query.collection_source(c),
+               "listRecords search by author": query.collection_source(c, S),
+               "getFeed search with reposts": hybrid.feed_source(config, feed, feed.targets[0], A),
+               "getFeed search, posts only": hybrid.feed_source(config, config.feeds["posts"],
+                                                                config.feeds["posts"].targets[0], A)}
+    real = sqlmod.rows
+    for name, source in sources.items():
+        seen = []
+        sqlmod.rows = lambda statement, p=(), seen=seen: seen.append((statement, list(p))) or []
+        try:
+            query.run(config, c, params, source)
+        finally:
+            sqlmod.rows = real
+        out[name] = (seen[-1], index_tables)
+    return out
+
+
+def test_every_search_statement_is_index_bounded(repost_app):
+    """The full-text side itself is bounded by its own index: on SQLite every read of the FTS5
+    table carries a MATCH or a rowid (its index string names M or =), on PostgreSQL the GIN index
+    or the URI key is what reads it."""
+    d = current_dialect()
+    config = repost_app.extensions["feeds"]
+    failures = {}
+    with repost_app.app_context(), db.connection_context():
+        pinned = search_statements(repost_app, config)
+        for name, ((sql, params), tables) in pinned.items():
+            lines = plan(sql, params)
+            fts = [line for line in lines if "VIRTUAL TABLE" in line]
+            rest = [line for line in lines if line not in fts]  # (feed_search_post is their prefix)
+            if (unbounded_scans(rest, tables) or any(d.has_full_scan(rest, t) for t in tables)
+                    or any(not re.search(r"INDEX \d+:\S*[M=]", line) for line in fts)):
+                failures[name] = lines
+            if d.is_sqlite and name.startswith("getFeed") and not any("INDEX 0:=M" in line for line in fts):
+                failures[name] = lines  # a timeline probes the index per row, never every match
+    assert len(pinned) == (13 if d.is_sqlite else 8) and failures == {}
+
+
 def _feed_items_indexes() -> set[str]:
     if current_dialect().is_sqlite:
         sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'feed_items'"
@@ -360,3 +425,23 @@ def test_a_scan_that_walks_an_index_is_not_a_bare_table_scan():
     assert not SQLITE.has_full_scan(["SEARCH feed_items USING INDEX feed_items_actor (actor=?)"], "feed_items")
     assert POSTGRESQL.has_full_scan(["  ->  Seq Scan on feed_items  (cost=0.00..1.00 rows=1 width=8)"], "feed_items")
     assert not POSTGRESQL.has_full_scan(["Index Scan using feed_items_pkey on feed_items"], "feed_items")
+
+
+def test_every_labels_cache_statement_is_index_bounded(app):
+    """The labels cache (store/labels.py): its reads and the replace name rows by the primary key
+    (labeler, subject); the trims walk the time indexes from their start."""
+    from feather.feeds.store import labels as label_cache
+
+    src, uris = "did:plc:labeler", [POST_URI, OTHER_URI, A]
+    pinned = {f"labels load {i}": (statement, params) for i, (statement, params)
+              in enumerate(label_cache.load_sql(src, uris))}
+    pinned["labels replace"] = (label_cache.REPLACE_SQL, (src, POST_URI))
+    pinned.update({f"labels trim {i}": pair for i, pair in enumerate(label_cache.trim_sql(5))})
+    tables = ["feed_labels", "feed_label_checks"]
+    failures = {}
+    with app.app_context(), db.connection_context():
+        for name, (statement, params) in pinned.items():
+            lines = plan(statement, params)
+            if unbounded_scans(lines, tables) or any(current_dialect().has_full_scan(lines, t) for t in tables):
+                failures[name] = lines
+    assert len(pinned) == 5 and failures == {}

@@ -4,7 +4,8 @@ Read from the source: a module writes a table when it holds an INSERT, UPDATE, D
 naming it, or a statement built from a table name (`DELETE FROM {table}`) beside that name as a
 literal. The migrations create tables and `feather/network/schema.py` re-creates the catalogue's
 (DDL, not writes). The records tables (`feed_records_<short>`) are named by the feeds config and
-written by the records module.
+written by the records module; their search indexes (`feed_search_<short>`, and on SQLite the FTS5
+table beside it with its own shadow tables) likewise, by store/search.py.
 """
 from __future__ import annotations
 
@@ -52,5 +53,6 @@ def test_the_design_doc_lists_every_table_a_migrated_database_has(app):
     from feather.db import db
 
     with app.app_context(), db.connection_context():
-        present = {t for t in db.get_tables() if t != "sqlite_sequence" and not t.startswith("feed_records_")}
-    assert set(documented()) - {"feed_records_<short>"} == present
+        present = {t for t in db.get_tables()
+                   if t != "sqlite_sequence" and not t.startswith(("feed_records_", "feed_search_"))}
+    assert set(documented()) - {"feed_records_<short>", "feed_search_<short>"} == present

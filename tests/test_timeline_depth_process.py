@@ -54,6 +54,7 @@ namespace = "com.featherreader"
 collection = "app.bsky.graph.follow"
 [collections.post]
 collection = "app.bsky.feed.post"
+searchable = ["text"]
 [collections.repost]
 collection = "app.bsky.feed.repost"
 reposts = "post"
@@ -77,6 +78,7 @@ class Model:
         self.reposts: dict[str, tuple[str, str, int]] = {}  # repost uri -> (reposter, post uri, ms)
         self.follows: dict[str, dict[str, str]] = {}  # reader -> author -> follow rkey
         self.cids: dict[str, str] = {}
+        self.texts: dict[str, str] = {}
         self._last_ms = 0
 
     def ms(self) -> int:
@@ -131,6 +133,7 @@ def write_post(pds, model: Model, acct: Acct, text: str, reply_to: str | None = 
     uri, cid = put(pds, acct, POST, record)
     model.posts[uri] = (acct.did, ms, reply_to.split("/")[2] if reply_to else None)
     model.cids[uri] = cid
+    model.texts[uri] = text
     return uri
 
 
@@ -173,6 +176,17 @@ class Reader(Person):
             out += [(i["post"], (i.get("reason") or {}).get("repost")) for i in body["feed"]]
             cursor = body.get("cursor")
             if not body["feed"] or not cursor:
+                return out
+
+    def search(self, name: str, query: str) -> list[str]:
+        out, cursor = [], None
+        while True:
+            params = {"feed": name, "actor": self.acct.did, "limit": 3, "search": query,
+                      **({"cursor": cursor} if cursor else {})}
+            body = _ok(self.get(GET_FEED, params=params), f"{self.label}: getFeed search {query!r}")
+            out += [r["uri"] for r in body["records"]]
+            cursor = body.get("cursor")
+            if not body["records"] or not cursor:
                 return out
 
     def page(self, feed: str) -> str:
@@ -326,6 +340,18 @@ def check_all(pds, readers, model: Model, feed_uri: str, aud: str, mark, when: s
             assert page_entries(reader.page(feed)) == by(want), f"{reader.label} /timeline?feed={feed} {when}"
         assert reader.skeleton(pds, feed_uri, aud) == model.expected(reader.acct.did, "timeline"), \
             f"{reader.label} getFeedSkeleton {when}"
+        # Search: within the reader's own feed (its replies rule and reposts included), every
+        # post holding the word, each once; a phrase; a prefix; OR.
+        for feed in ("timeline", "posts"):
+            shown = [p for p, _ in model.expected(reader.acct.did, feed)]
+            for query, test in (("burst", lambda t: "burst" in t.split()),
+                                ('"replies to a0"', lambda t: "replies to a0" in t),
+                                ("strang*", lambda t: "stranger" in t),
+                                ("hello OR quotes", lambda t: "hello" in t.split() or "quotes" in t.split())):
+                got = reader.search(feed, query)
+                want = {p for p in shown if test(model.texts[p])}
+                assert len(got) == len(set(got)) and set(got) == want, \
+                    f"{reader.label} {feed} search {query!r} {when}: got {len(got)}, want {len(want)}"
         reposted = sum(1 for _p, rp in model.expected(reader.acct.did, "timeline") if rp)
         print(f"  {reader.label} {when}: {len(model.expected(reader.acct.did, 'timeline'))} in Following "
               f"({reposted} by repost), {len(model.expected(reader.acct.did, 'posts'))} in posts only")

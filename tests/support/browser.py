@@ -74,7 +74,8 @@ class FeatherServer:
         self.log_path = self.workdir / "gunicorn.log"
         self.env = {**os.environ, "FEATHERREADER_ENV": "development", "DATABASE_URL": f"sqlite:///{self.db_path}",
                     "FEATHERREADER_DATA_DIR": str(self.workdir / "data"), "FEATHERREADER_DISABLE_SCHEDULER": "1",
-                    "FEATHERREADER_LOG_LEVEL": "INFO", "PORT": str(self.port), "PYTHONUNBUFFERED": "1", **env}
+                    "FEATHERREADER_LOG_LEVEL": "INFO", "PORT": str(self.port), "PYTHONUNBUFFERED": "1",
+                    "FEED_LABELERS": "", **env}  # no labeler on the internet; a test that wants one names its fake
         self.proc: subprocess.Popen | None = None
 
     def _bin(self, name: str) -> str:

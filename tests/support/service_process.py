@@ -42,6 +42,7 @@ def service_env(**settings) -> dict:
     for key in [k for k in env if k.startswith(("FEATHERREADER_", "SYNC_", "NSID_", "FEED_"))]:
         env.pop(key)  # nothing from the caller's shell leaks into the service under test
     env["PYTHONUNBUFFERED"] = "1"
+    env["FEED_LABELERS"] = ""  # no labeler on the internet; a test that wants one names its fake
     for key, value in settings.items():
         if value is None:
             env.pop(key, None)

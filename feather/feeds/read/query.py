@@ -17,6 +17,7 @@ from feather.errors import ApiError
 from feather.feeds.config import Collection, FeedsConfig, Queryable
 from feather.feeds.read import cursor as cursors
 from feather.feeds.store import records
+from feather.feeds.store import search as searching
 from feather.parsing import ascii_int
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 200
@@ -115,14 +116,23 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
     fw, fv = _filters(c, params)
     where += fw
     values += fv
-    sort_field, direction = _sort(c, params)
-    kind = f"field:{sort_field.param}" if sort_field else "time"
+    matching = _search(c, params, source)  # (join, its params, relevance) or None
+    sort_field, direction = (None, "desc") if matching else _sort(c, params)
+    kind = "search" if matching else f"field:{sort_field.param}" if sort_field else "time"
     cur = cursors.decode(params.get("cursor"), kind)
-    if cur is not None and cur.v is not None and not isinstance(cur.v, str) and not d.is_sqlite:
+    if matching and cur is not None and not _number(cur.v):
+        cur = None  # a search cursor carries its relevance: without one, page one
+    if not matching and cur is not None and cur.v is not None and not isinstance(cur.v, str) and not d.is_sqlite:
         cur = None  # PostgreSQL's field values are text (->>): a number there is a forged cursor, page one
     t, u = source.t, source.u
     tie = f"({t} < ? OR ({t} = ? AND {u} > ?))"
-    if sort_field is None:
+    if matching:  # Contrail's search order: relevance, then time, then URI
+        rank = matching[2]
+        order_by = f"{rank} DESC, {t} DESC, {u} ASC"
+        if cur:
+            where.append(f"({rank} < ? OR ({rank} = ? AND {tie}))")
+            values += [cur.v, cur.v, cur.t, cur.t, cur.u]
+    elif sort_field is None:
         order_by = f"{t} DESC, {u} ASC"
         if cur:
             where.append(tie)
@@ -139,20 +149,41 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
                 where.append(f"({expr} {beyond} ? OR ({expr} = ? AND {tie}) OR {expr} IS NULL)")
                 values += [cur.v, cur.v, cur.t, cur.t, cur.u]
     statement = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
-           + (f", {_field_expr(sort_field)}" if sort_field else "")
+           + (f", {matching[2]}" if matching else f", {_field_expr(sort_field)}" if sort_field else "")
            + (", r.time_us AS record_time_us" if source.reposts else "")
-           + f" {source.from_sql}" + (f" WHERE {' AND '.join(where)}" if where else "")
+           + f" {source.from_sql}" + (f" {matching[0]}" if matching else "")
+           + (f" WHERE {' AND '.join(where)}" if where else "")
            + f" ORDER BY {order_by} LIMIT ?")
-    rows = sql.rows(statement, source.from_params + values + [limit])
+    rows = sql.rows(statement, source.from_params + (matching[1] if matching else []) + values + [limit])
     out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
     if source.reposts:
         for record, row in zip(out["records"], rows):
             _reason(record, row)
     if len(rows) == limit:
         last = rows[-1]
-        out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if sort_field else None,
-                                       with_v=sort_field is not None)
+        valued = sort_field is not None or matching is not None
+        out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if valued else None, with_v=valued)
     return out
+
+
+def _search(c: Collection, params: Mapping[str, str], source: Source) -> tuple[str, list, str] | None:
+    """`search=` (store/search.py): the index join keeping the matching records, or None when
+    there is no search (absent or blank). A search that cannot run is a 400 saying why. A source
+    driven by another table than `r` (a timeline) probes the index row by row; the collection's
+    own rows are found through the index."""
+    try:
+        query = searching.parse(params.get("search"))
+    except searching.SearchError as exc:
+        raise ApiError(400, "InvalidRequest", str(exc)) from None
+    if query is None:
+        return None
+    if not c.searchable:
+        raise ApiError(400, "InvalidRequest", f"{c.nsid} records cannot be searched here; leave out search.")
+    return searching.join(c, query, probe=source.u != "r.uri")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _reason(record: dict, row) -> None:

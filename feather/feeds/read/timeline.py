@@ -14,7 +14,7 @@ from markupsafe import Markup
 from feather import sql
 from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.read import cursor as cursors
-from feather.feeds.read import hybrid, query, render
+from feather.feeds.read import hybrid, labels, query, render
 from feather.feeds.read.identities import hydrate, stored_handles
 from feather.feeds.store import records
 from feather.feeds.store.schema import subject_expr
@@ -42,6 +42,8 @@ class Entry:
     reposted_by: str | None = None  # who reposted it into this timeline (the newest such repost)
     reposter_url: str | None = None  # their profile on bsky.app
     shown_iso: str = ""  # when it entered the timeline: its own time, or the repost's
+    warn: str | None = None  # a label's name: the post is shown behind a "Show" control (read/labels.py)
+    unchecked: bool = False  # a labeler has not answered for it yet: the page says so quietly
 
 
 def page_size(raw: str | None) -> int:
@@ -55,11 +57,14 @@ def source(config: FeedsConfig, feed: Feed, did: str, target: Target | None = No
 
 
 def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, limit: int,
-         now: float | None = None, target: Target | None = None) -> tuple[list[Entry], str | None, str | None]:
+         now: float | None = None, target: Target | None = None,
+         search: str | None = None) -> tuple[list[Entry], str | None, str | None]:
     """(entries newest first, the cursor of the next older page or None, the newest entry's
-    position as a cursor, for the new-posts check)."""
+    position as a cursor, for the new-posts check). With search, getFeed's `search=`: the
+    timeline's posts that match, most relevant first (query.run raises ApiError for one that
+    cannot run)."""
     collection, src = source(config, feed, did, target)
-    page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or ""}, src)
+    page = query.run(config, collection, {"limit": str(limit), "cursor": cursor or "", "search": search or ""}, src)
     shown = page["records"]
     reposters = [r["reason"]["by"] for r in shown if r.get("reason")]
     handles = hydrate(app, config, [r["did"] for r in shown] + reposters) if shown else {}
@@ -68,7 +73,10 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
     context.handles.update({did: h for did, h in handles.items() if h and did in reposters})
     names = context.names
     out = []
-    for r, value, parent, quote in zip(shown, values, context.parents, context.quotes):
+    verdicts = labels.page_verdicts(app, shown, values)  # moderation: hidden posts are left out
+    for r, value, parent, quote, verdict in zip(shown, values, context.parents, context.quotes, verdicts):
+        if verdict.hide:
+            continue
         url = render.post_url(r["uri"])
         text = value.get("text")
         if not isinstance(text, str):  # other collections: their most text-like field
@@ -78,21 +86,22 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
                          render.rich_text(text, value.get("facets")), context.embeds(value, quote, url), url,
                          render.ago(t, now), render.exact(t), render.iso(t),
                          context.label(render.author_of(parent)) if parent else None, render.post_url(parent),
-                         *_reposter(context, r.get("reason")), shown_iso=render.iso(_position(r)[0])))
+                         *_reposter(context, r.get("reason")), shown_iso=render.iso(_position(r)[0]),
+                         warn=verdict.warn_name, unchecked=verdict.unchecked))
     # The feed's keyset: a repost's row sits at the repost's time and URI, not the post's.
     top = cursors.encode(*_position(shown[0]), "time") if shown else None
     return out, page.get("cursor"), top
 
 
-def _reposter(context: "_Context", reason: dict | None) -> tuple[str | None, str | None]:
-    if not reason:
-        return None, None
 def _position(record: dict) -> tuple[int, str]:
     """(time, uri) of the feed row that shows the record: the repost's when one brought it."""
     reason = record.get("reason")
     return (reason["time_us"], reason["repost"]) if reason else (record["time_us"], record["uri"])
 
 
+def _reposter(context: "_Context", reason: dict | None) -> tuple[str | None, str | None]:
+    if not reason:
+        return None, None
     return context.label(reason["by"]), render.profile_url(reason["by"])
 
 

@@ -14,6 +14,7 @@ from feather import sql
 from feather.atproto.syntax import InvalidSyntax, parse_datetime
 from feather.db import current_dialect
 from feather.feeds.config import Collection
+from feather.feeds.store import search
 
 LOAD_CHUNK = 500  # bound parameters per statement, under SQLite's 999 floor on old builds
 # The largest record JSON the store keeps. A Bluesky post at its limits (3,000 bytes of text, its
@@ -132,6 +133,7 @@ def store_many(c: Collection, rows: list[tuple]) -> None:
     for chunk in chunks(rows, len(COLUMNS)):
         statement, params = store_many_sql(c, chunk)
         sql.execute(statement, params)
+    search.index(c, [(row[0], row[4]) for row in rows])  # the index moves with the record
 
 
 def store(c: Collection, *, uri: str, did: str, rkey: str, cid: str | None, record: dict | None,
@@ -153,6 +155,8 @@ def store_if_absent(c: Collection, *, uri: str, did: str, rkey: str, cid: str | 
     cur = sql.execute(f"INSERT INTO {c.table} (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING",
                       (uri, did, rkey, cid, text, time_us, sql.now_us(), next_arrival()))
+    if cur.rowcount > 0:
+        search.index(c, [(uri, text)])
     return cur.rowcount > 0
 
 
@@ -177,6 +181,7 @@ def sweep_tombstones(before_us: int) -> int:
 
 
 def delete_many(c: Collection, uris: list[str]) -> None:
+    search.forget(c, uris)
     for chunk in chunks(sorted(uris), 1):
         sql.execute(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})", chunk)
 
@@ -198,6 +203,26 @@ def trim_author_sql(table: str, did: str, cap: int, reposted: bool = False):
             f"SELECT time_us FROM {table} WHERE did = ? ORDER BY time_us DESC LIMIT 1 OFFSET ?)"
             f"{_unless_reposted(table, reposted)}",
             (did, did, max(0, cap - 1)))
+
+
+def _delete_with_index(c: Collection, statement: str, params) -> int:
+    """Run a records DELETE (`DELETE FROM <table> WHERE …`) after removing the index rows of the
+    records its condition selects, in the same transaction: the records sweep's author drop and trim."""
+    search.forget_selected(c, selected_uris_sql(c, statement), params)
+    return sql.execute(statement, params).rowcount
+
+
+def selected_uris_sql(c: Collection, statement: str) -> str:
+    """The URIs a records DELETE of c removes: the same condition, the same parameters."""
+    return f"SELECT uri FROM {c.table} WHERE {statement.split(' WHERE ', 1)[1]}"
+
+
+def drop_author(c: Collection, did: str, reposted: bool = False) -> int:
+    return _delete_with_index(c, *drop_author_sql(c.table, did, reposted))
+
+
+def trim_author(c: Collection, did: str, cap: int, reposted: bool = False) -> int:
+    return _delete_with_index(c, *trim_author_sql(c.table, did, cap, reposted))
 
 
 def parse_value(text: str | None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from feather import sql
 from feather.db import current_dialect, db
-from feather.feeds.store import serial
+from feather.feeds.store import search, serial
 from feather.feeds.config import FeedsConfig
 
 _PG_DDL_LOCK_KEY = 0x6665617468657210
@@ -57,6 +57,8 @@ def _objects(config: FeedsConfig) -> list[tuple[str, str, bool]]:
             # The fan-out join: every follower of an author, covering (subject → did).
             add(f"CREATE INDEX IF NOT EXISTS {c.table}_subject ON {c.table} "
                 f"({d.json_text('record', 'subject')}, did)", f"{c.table}_subject")
+    # Full-text indexes of the searchable collections (store/search.py), and none of the others.
+    out += search.objects(config)
     return out
 
 
@@ -64,7 +66,8 @@ def ensure(config: FeedsConfig) -> None:
     """Create the records tables for this config if they are missing. Run once when a process
     starts (feather.feeds.ensure_schema), never by a batch, a request or a job."""
     objects = _objects(config)
-    if _in_place(objects):
+    found = _found(objects)
+    if all((name in found) == present for _, name, present in objects):
         # One catalog read instead of a dozen DDL statements. On PostgreSQL even a CREATE INDEX
         # IF NOT EXISTS of an index that exists takes its table's SHARE lock, held to commit: run
         # by a web process starting up while the ingest batch wrote, it deadlocked the batch
@@ -79,10 +82,13 @@ def ensure(config: FeedsConfig) -> None:
             sql.execute("SELECT pg_advisory_xact_lock(?)", (_PG_DDL_LOCK_KEY,))
         for statement, _, _ in objects:
             sql.execute(statement)
+        for c in search.searchable(config):
+            if not search.names(c) <= found:  # a new index: what is stored already is indexed now
+                search.rebuild(c)
 
 
-def _in_place(objects: list[tuple[str, str, bool]]) -> bool:
-    """Whether every object the statements create exists and every one they drop does not."""
+def _found(objects: list[tuple[str, str, bool]]) -> set[str]:
+    """Which of the objects the statements name exist (one catalog read)."""
     d = current_dialect()
     names = [name for _, name, _ in objects]
     marks = ", ".join("?" * len(names))
@@ -91,6 +97,5 @@ def _in_place(objects: list[tuple[str, str, bool]]) -> bool:
     else:
         statement = (f"SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                f" WHERE n.nspname = current_schema() AND c.relname IN ({marks})")
-    found = {row[0] for row in sql.rows(statement, names)}
-    return all((name in found) == present for _, name, present in objects)
+    return {row[0] for row in sql.rows(statement, names)}
 

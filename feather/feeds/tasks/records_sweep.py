@@ -65,15 +65,14 @@ def sweep_author(config: FeedsConfig, c: Collection, did: str, serving: set[str]
     else:
         keep = did in serving or _followed(config, did)
     if not keep:
-        removed = sql.execute(*records.drop_author_sql(c.table, did, reposted)).rowcount
+        removed = records.drop_author(c, did, reposted)  # with its search index rows
         # So that following them again fetches their past records afresh (fetches.request).
         fetches.forget(did)
         return removed
     cap = config.target_caps().get(c.nsid)
     if cap is None:
         return 0
-    statement, params = records.trim_author_sql(c.table, did, cap, reposted)
-    return sql.execute(statement, params).rowcount
+    return records.trim_author(c, did, cap, reposted)
 
 
 def sweep_slice(config: FeedsConfig, budget: int) -> RecordsSweep:

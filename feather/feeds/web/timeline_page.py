@@ -16,6 +16,7 @@ from flask import Blueprint, abort, current_app, render_template, request, url_f
 from feather.auth import current_account, login_required
 from feather.feeds.read import reposts, timeline
 from feather.feeds.tasks import backfill
+from feather.errors import ApiError
 from feather.feeds.web import budget, context
 
 bp = Blueprint("timeline", __name__)
@@ -44,7 +45,13 @@ def _keep(config, feed, target) -> dict:
     """The query parameters every link of the page carries forward (defaults left out)."""
     return {"feed": feed.name if len(config.feeds) > 1 or request.args.get("feed") else None,
             "collection": target.short if target is not feed.shown[0] else None,
-            "limit": request.args.get("limit") and str(timeline.page_size(request.args.get("limit")))}
+            "limit": request.args.get("limit") and str(timeline.page_size(request.args.get("limit"))),
+            "q": _query() or None}
+
+
+def _query() -> str:
+    """The search box's words (?q=), or "" for the whole timeline."""
+    return (request.args.get("q") or "").strip()
 
 
 def _url(endpoint: str, **params) -> str:
@@ -63,17 +70,26 @@ def _context() -> dict:
     reposts.fill(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     limit = timeline.page_size(request.args.get("limit"))
     cursor = request.args.get("cursor") or None
-    entries, older, top = timeline.read(app, config, feed, did, cursor, limit, target=target)
+    q, search_error = _query(), None
+    try:
+        entries, older, top = timeline.read(app, config, feed, did, cursor, limit, target=target, search=q)
+    except ApiError as exc:  # a search that cannot run: the page says why, with the box to fix it
+        if not q:
+            raise
+        entries, older, top, search_error = [], None, None, exc.message
     keep = _keep(config, feed, target)
     return {
+        "q": q, "search_error": search_error, "search_url": url_for("timeline.page"),
+        "search_keep": {k: v for k, v in keep.items() if k != "q" and v},
         "feed": feed, "feeds": [(name, f.label) for name, f in config.feeds.items()], "entries": entries, "cursor": cursor, "target": target,
         "target_urls": [(t.short, _url("timeline.page", **{**keep, "collection": None if i == 0 else t.short}))
                         for i, t in enumerate(feed.shown)] if len(feed.shown) > 1 else [],
         "filling": timeline.filling(config, feed, did),
         "older_url": _url("timeline.page", cursor=older, **keep) if older else None,
         "more_url": _url("timeline.more", cursor=older, **keep) if older else None,
-        "new_url": _url("timeline.new", top=top, **keep) if top and not cursor else None,
+        "new_url": _url("timeline.new", top=top, **keep) if top and not cursor and not q else None,
         "page_url": _url("timeline.page", **keep),
+        "all_url": _url("timeline.page", **{**keep, "q": None}),
         "region_url": _url("timeline.region", **keep),
     }
 
@@ -81,7 +97,8 @@ def _context() -> dict:
 @bp.get("/timeline")
 @login_required
 def page():
-    return render_template("timeline/page.html", **_context())
+    found = _context()
+    return render_template("timeline/page.html", **found), 400 if found["search_error"] else 200
 
 
 @bp.get("/timeline/region")

@@ -7,12 +7,12 @@ serve their own XRPC methods beside these.
 """
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, after_this_request, current_app, jsonify, request
 
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.errors import ApiError
 from feather.feeds.config import FeedsConfig
-from feather.feeds.read import hybrid, query, refs, reposts
+from feather.feeds.read import hybrid, labels, query, refs, reposts
 from feather.feeds.read.identities import profiles_for
 from feather.feeds.read.sources import sources_for
 from feather.feeds.tasks import authors, backfill
@@ -43,13 +43,27 @@ def _resolve(identifier: str) -> str:
 
 
 def _page(config: FeedsConfig, collection, params, source) -> dict:
-    """The listRecords pipeline's page, with `profiles=true`'s handles and profile records."""
+    """The listRecords pipeline's page, with `profiles=true`'s handles and profile records, and
+    `labels` on each record when the caller names labelers (`labelers=`, atproto-accept-labelers)."""
+    wanted = labels.requested(params.get("labelers"), request.headers.get("atproto-accept-labelers"))
+    params = {k: v for k, v in params.items() if k != "labelers"}
     out = query.run(config, collection, params, source)
     refs.hydrate(collection, out["records"], params)
+    if wanted is not None:
+        app = current_app._get_current_object()
+        out["records"] = labels.attach(app, out["records"], wanted,
+                                       admit=lambda: budget.try_spend(app, request.remote_addr))
+        applied = ",".join(w.did + (";redact" if w.redact else "") for w in wanted)
+        after_this_request(lambda response: _labelers_header(response, applied))
     if params.get("profiles") == "true":
         out["profiles"] = profiles_for(current_app._get_current_object(), config,
                                        [r["did"] for r in out["records"]])
     return out
+
+
+def _labelers_header(response, applied: str):
+    response.headers["atproto-content-labelers"] = applied
+    return response
 
 
 def get_feed():
@@ -109,7 +123,9 @@ def list_records(short: str):
     author = request.args.get("actor") or request.args.get("did")
     did = _resolve(author) if author else None
     params = {k: v for k, v in request.args.items() if k not in ("actor", "did")}
-    if did is not None:  # Contrail's 3 s author backfill, paid from the same budget as getFeed's
+    # Contrail's 3 s author backfill, paid from the same budget as getFeed's. Not for a search: a
+    # page fetched live is not indexed, so search= with actor= searches what the store holds.
+    if did is not None and not (request.args.get("search") or "").strip():
         app = current_app._get_current_object()
         listed = authors.backfill_listing(app, config, collection, did,
                                           admit=lambda: budget.try_spend(app, request.remote_addr))
