@@ -11,6 +11,10 @@ The feeds file is the built-in shape with the app's replies rule on "Following":
   it replies to;
 - `posts` ("Following, posts only"): posts, every reply.
 
+Labels come from a small labeler on loopback (tests/support/fake_labeler.py, a real queryLabels
+endpoint): a self-labelled post and a labelled one are masked on the page, a `!hide` one left out,
+and a label added then negated unmasks its post.
+
 Steps: sign-ins; a live phase of posts, reposts (of followed authors and of strangers), replies
 (to followed and to unfollowed people), a quote, an unrepost and a deleted reposted post; then a
 burst of posts and reposts with a kill -9 in its middle and an unrepost while the service is
@@ -38,6 +42,7 @@ from tests.support.process_world import (
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
+from tests.support.fake_labeler import FakeLabeler
 from tests.support.service_process import ServiceProcess, free_port, service_env
 
 pytestmark = [pytest.mark.pds, pytest.mark.slow]
@@ -46,6 +51,7 @@ POST, REPOST, FOLLOW = "app.bsky.feed.post", "app.bsky.feed.repost", "app.bsky.g
 GET_FEED = "/xrpc/com.featherreader.getFeed"
 SKELETON = "app.bsky.feed.getFeedSkeleton"
 CONVERGE_TIMEOUT = 90.0
+LABEL_NAMES = {"porn": "Adult content", "sexual": "Sexually suggestive", "graphic-media": "Graphic media"}
 FOLLOWS = {0: (0, 1, 2), 1: (2, 3, 4), 2: (0, 5)}  # reader -> author indexes
 
 FEEDS_TOML = """
@@ -79,6 +85,8 @@ class Model:
         self.follows: dict[str, dict[str, str]] = {}  # reader -> author -> follow rkey
         self.cids: dict[str, str] = {}
         self.texts: dict[str, str] = {}
+        self.masked: dict[str, str] = {}  # post uri -> the label name the page shows
+        self.hidden: set[str] = set()  # posts the page leaves out (!hide)
         self._last_ms = 0
 
     def ms(self) -> int:
@@ -122,9 +130,12 @@ def put(pds, acct: Acct, collection: str, record: dict) -> tuple[str, str]:
     return body["uri"], body["cid"]
 
 
-def write_post(pds, model: Model, acct: Acct, text: str, reply_to: str | None = None, quote: str | None = None) -> str:
+def write_post(pds, model: Model, acct: Acct, text: str, reply_to: str | None = None, quote: str | None = None,
+               self_label: str | None = None) -> str:
     ms = model.ms()
     record: dict = {"text": text, "createdAt": iso(ms)}
+    if self_label:
+        record["labels"] = {"$type": "com.atproto.label.defs#selfLabels", "values": [{"val": self_label}]}
     if reply_to:
         ref = {"uri": reply_to, "cid": model.cids[reply_to]}
         record["reply"] = {"root": ref, "parent": ref}
@@ -134,6 +145,8 @@ def write_post(pds, model: Model, acct: Acct, text: str, reply_to: str | None = 
     model.posts[uri] = (acct.did, ms, reply_to.split("/")[2] if reply_to else None)
     model.cids[uri] = cid
     model.texts[uri] = text
+    if self_label:
+        model.masked[uri] = LABEL_NAMES[self_label]
     return uri
 
 
@@ -198,6 +211,17 @@ class Reader(Person):
 ENTRY = re.compile(r'<li class="post">(.*?)</li>', re.DOTALL)
 WHEN = re.compile(r'class="when" href="https://bsky\.app/profile/([^/"]+)/post/([^"]+)"')
 REPOSTED = re.compile(r'Reposted by <a href="https://bsky\.app/profile/([^"]+)"')
+MASK = re.compile(r'<details class="masked"><summary><span class="label-name">([^<]+)</span>')
+
+
+def page_masks(text: str) -> dict[str, str]:
+    """{post uri: the label name its mask shows} of the page's masked entries."""
+    out = {}
+    for body in ENTRY.findall(text):
+        when, mask = WHEN.search(body), MASK.search(body)
+        if mask:
+            out[f"at://{html.unescape(when.group(1))}/{POST}/{html.unescape(when.group(2))}"] = html.unescape(mask.group(1))
+    return out
 
 
 def page_entries(text: str) -> list[tuple[str, str | None]]:
@@ -222,6 +246,7 @@ def test_reposts_replies_quotes_and_variants_through_kill9_and_replay_whole_proc
         print(f"[{time.monotonic() - t0:6.1f} s] {label}", flush=True)
 
     sfx = "".join(random.choice(string.ascii_lowercase) for _ in range(4))
+    labeler = FakeLabeler(web=True)  # a real queryLabels endpoint on loopback, a did:web
     with live_firehose(pds) as (js, tap):
         accts = [create_account(pds, f"d{n}{sfx}") for n in
                  ["r0", "r1", "r2", "a0", "a1", "a2", "a3", "a4", "a5", "s0", "s1"]]
@@ -245,7 +270,8 @@ def test_reposts_replies_quotes_and_variants_through_kill9_and_replay_whole_proc
             FEATHERREADER_ALLOW_PRIVATE_NETWORK=True, FEATHERREADER_JETSTREAM_HOSTS=js.url,
             FEATHERREADER_PLC_URL=pds.plc_url, FEATHERREADER_HANDLE_RESOLVER=pds.pds_url,
             FEATHERREADER_PUBLIC_URL=f"http://127.0.0.1:{port}", FEATHERREADER_ADMIN_DIDS=readers_accts[0].did,
-            FEATHERREADER_CONFIG=feeds_file, FEATHERREADER_LOG_LEVEL="INFO")
+            FEATHERREADER_CONFIG=feeds_file, FEATHERREADER_LOG_LEVEL="INFO",
+            FEED_LABELERS=labeler.did, FEED_LABELS_TTL_SECS=1)
         with stopped_after(ServiceProcess(env, tmp_path / "gunicorn.log", port=port), 120) as svc:
             svc.start()
             aud = "did:web:127.0.0.1%3A" + str(port)
@@ -280,7 +306,27 @@ def test_reposts_replies_quotes_and_variants_through_kill9_and_replay_whole_proc
             converge(readers, model, "the live phase")
             delete_post(pds, model, strangers[1], late)  # its author is followed by nobody served
             converge(readers, model, "the reposted post's delete")
+            # Labels: a self-labelled post, one the labeler marks graphic, one it hides, and one
+            # labelled and then negated.
+            write_post(pds, model, a[0], "self-labelled by its author", self_label="porn")
+            graphic = write_post(pds, model, a[1], "graphic by the labeler")
+            hidden = write_post(pds, model, a[2], "hidden by the labeler")
+            labeler.label(graphic, "graphic-media")
+            labeler.label(hidden, "!hide")
+            labeler.label(p1, "sexual")
+            model.masked.update({graphic: "Graphic media", p1: "Sexually suggestive"})
+            model.hidden.add(hidden)
+            converge(readers, model, "the labelled posts")
             check_all(pds, readers, model, feed_uri, aud, mark, "after the live phase")
+            body = _ok(readers[0].get(GET_FEED, params={"feed": "posts", "actor": readers_accts[0].did,
+                                                         "limit": 100, "labelers": labeler.did}), "getFeed labels")
+            vals = {r["uri"]: sorted((lab["src"] == labeler.did, lab["val"]) for lab in r.get("labels", []))
+                    for r in body["records"]}
+            assert (vals[graphic], vals[p1]) == ([(True, "graphic-media")], [(True, "sexual")]), vals
+            labeler.negate(p1, "sexual")
+            del model.masked[p1]
+            _wait(lambda: p1 not in page_masks(readers[0].page("posts")), 30, "the negation to unmask the post")
+            check_all(pds, readers, model, feed_uri, aud, mark, "after the label was negated")
 
             # A burst of posts and reposts; kill -9 in its middle; an unrepost while down.
             posted: list[str] = []
@@ -316,6 +362,7 @@ def test_reposts_replies_quotes_and_variants_through_kill9_and_replay_whole_proc
             converge(readers, model, "the reconnect and its replay")
             check_all(pds, readers, model, feed_uri, aud, mark, f"after {dropped} dropped connections")
             assert_no_error_records(svc)
+    labeler.close()
     mark(f"total {time.monotonic() - t0:.1f} s")
 
 
@@ -337,7 +384,13 @@ def check_all(pds, readers, model: Model, feed_uri: str, aud: str, mark, when: s
         for feed in ("timeline", "posts"):
             want = model.expected(reader.acct.did, feed)
             assert reader.feed(feed, limit=3) == want, f"{reader.label} getFeed {feed} paged by 3 {when}"
-            assert page_entries(reader.page(feed)) == by(want), f"{reader.label} /timeline?feed={feed} {when}"
+            text = reader.page(feed)
+            assert page_entries(text) == [e for e in by(want) if e[0] not in model.hidden], \
+                f"{reader.label} /timeline?feed={feed} {when}"
+            shown = {p for p, _ in want}
+            assert page_masks(text) == {u: n for u, n in model.masked.items() if u in shown and u not in model.hidden}, \
+                f"{reader.label} /timeline?feed={feed} masks {when}"
+            assert "could not be checked" not in text, f"{reader.label}: the labeler was up, yet a post is unchecked"
         assert reader.skeleton(pds, feed_uri, aud) == model.expected(reader.acct.did, "timeline"), \
             f"{reader.label} getFeedSkeleton {when}"
         # Search: within the reader's own feed (its replies rule and reposts included), every

@@ -5,7 +5,8 @@ It plays two roles on one port:
                                                         `#atproto_labeler` (type AtprotoLabeler) endpoint
   labeler  GET /xrpc/com.atproto.label.queryLabels      uriPatterns (repeated; exact, or a prefix ending in `*`),
                                                         sources (repeated), limit (1-250, default 50), cursor
-Point FEATHERREADER_PLC_URL at `url` and FEED_LABELERS at `did`.
+Point FEATHERREADER_PLC_URL at `url` and FEED_LABELERS at `did`; or, with `web=True`, the labeler
+is a did:web on loopback (its document at /.well-known/did.json) and only FEED_LABELERS is needed.
 
 Like Ozone, a query answers the current state of each (src, uri, val): its newest label, which is
 the negation itself once one was issued (`neg: true`); with `history = True` every label ever
@@ -30,8 +31,11 @@ def iso(us: int) -> str:
 
 
 class FakeLabeler:
-    def __init__(self, did: str = DID):
+    def __init__(self, did: str = DID, web: bool = False):
+        """web: the labeler is did:web:localhost%3A<its port>, its document at /.well-known/did.json
+        (a service under test that resolves did:plc at a real PLC directory can still find it)."""
         self.did = did
+        self.web = web
         self.issued: list[dict] = []  # every label, in the order issued
         self.history = False
         self.status = 200
@@ -65,6 +69,8 @@ class FakeLabeler:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        if web:
+            self.did = f"did:web:localhost%3A{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
@@ -105,7 +111,7 @@ class FakeLabeler:
             if self.status != 200:
                 return self.status, {"error": "InternalServerError", "message": "down"}
             return 200, self._query(query)
-        if path == f"/{self.did}":
+        if path == f"/{self.did}" or (self.web and path == "/.well-known/did.json"):
             self.doc_requests += 1
             return 200, {"@context": ["https://www.w3.org/ns/did/v1"], "id": self.did,
                          "alsoKnownAs": ["at://labeler.test"],
