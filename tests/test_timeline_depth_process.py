@@ -294,7 +294,7 @@ def test_reposts_replies_quotes_and_variants_through_kill9_and_replay_whole_proc
             s1 = write_post(pds, model, strangers[1], "another stranger's post")
             write_post(pds, model, a[2], "a2 replies to a0", reply_to=p0)  # reader0 and reader2 follow a0
             write_post(pds, model, a[2], "a2 replies to a stranger", reply_to=s0)
-            write_post(pds, model, a[1], "a1 quotes a0", quote=p0)
+            quoting = write_post(pds, model, a[1], "a1 quotes a0", quote=p0)
             write_repost(pds, model, a[1], p0)  # reader0 follows both: p0 shows once, at the repost
             write_repost(pds, model, a[3], s0)  # reader1: a stranger's post through a repost
             gone = write_repost(pds, model, a[4], s1)
@@ -323,6 +323,14 @@ def test_reposts_replies_quotes_and_variants_through_kill9_and_replay_whole_proc
             vals = {r["uri"]: sorted((lab["src"] == labeler.did, lab["val"]) for lab in r.get("labels", []))
                     for r in body["records"]}
             assert (vals[graphic], vals[p1]) == ([(True, "graphic-media")], [(True, "sexual")]), vals
+            # The quote: its quoted post's author and text on the page, the record under `quote`.
+            entry = next(e for e in ENTRY.findall(readers[0].page("posts"))
+                         if quoting.rsplit("/", 1)[-1] in e)
+            assert "Quoted post by" in entry and "a0 says hello" in entry, entry
+            body = _ok(readers[0].get(GET_FEED, params={"feed": "posts", "actor": readers_accts[0].did,
+                                                         "limit": 100, "hydrateQuote": "true"}), "getFeed quote")
+            quoted = {r["uri"]: r.get("quote", {}).get("uri") for r in body["records"]}
+            assert quoted[quoting] == p0 and sum(1 for q in quoted.values() if q) == 1, quoted
             labeler.negate(p1, "sexual")
             del model.masked[p1]
             _wait(lambda: p1 not in page_masks(readers[0].page("posts")), 30, "the negation to unmask the post")
