@@ -46,7 +46,8 @@ METHODS = ("listRecords", "getRecord")
 _TOP_KEYS = {"namespace", "collections", "feeds", "profiles", "actors"}
 _COLLECTION_KEYS = {"collection", "queryable", "methods", "reposts", "searchable"}
 _QUERYABLE_KEYS = {"type"}
-_FEED_KEYS = {"follow", "targets", "maxItems", "followBackfill", "fanoutMaxFollowers", "replies", "title"}
+_FEED_KEYS = {"follow", "targets", "maxItems", "followBackfill", "fanoutMaxFollowers", "replies", "title",
+              "mixed"}
 REPLIES = ("all", "followed", "none")
 _TARGET_KEYS = {"collection", "maxItems"}
 
@@ -128,6 +129,7 @@ class Feed:
     fanout_max_followers: int | None
     replies: str = "all"  # which replies show: all, followed (to someone the reader follows), none
     title: str = ""  # what the page and the generators call it; the name when unset
+    mixed: bool = False  # every target in one timeline (read/mixed.py), not one target at a time
 
     @property
     def label(self) -> str:
@@ -291,7 +293,12 @@ def _feed(name: str, body: Any, collections: dict[str, Collection]) -> Feed:
     title = body.get("title", "")
     if not isinstance(title, str) or len(title) > 64:
         raise FeedsConfigError(f'Feed "{name}" title must be text of at most 64 characters')
-    feed = Feed(name, follow, tuple(targets), max_items, backfill, fmax, replies, title.strip())
+    mixed = body.get("mixed", False)
+    if not isinstance(mixed, bool):
+        raise FeedsConfigError(f'Feed "{name}" mixed must be true or false')
+    if mixed and fmax is not None:
+        raise FeedsConfigError(f'Feed "{name}" cannot be mixed and have fanoutMaxFollowers')
+    feed = Feed(name, follow, tuple(targets), max_items, backfill, fmax, replies, title.strip(), mixed)
     for t in feed.targets:
         if t.reposts is not None and fmax is not None:
             # Heavy authors' reposts would have to be merged at read time too; not built yet.

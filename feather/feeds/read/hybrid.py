@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from feather import sql
 from feather.feeds.config import Feed, FeedsConfig, Target
-from feather.feeds.read import query, replies, reposts
+from feather.feeds.read import mixed, query, replies, reposts
 from feather.feeds.store.schema import subject_expr
 
 
@@ -36,8 +36,9 @@ def union_sql(config: FeedsConfig, feed: Feed, target: Target) -> str:
             f" UNION {heavy_sql(config, feed, target)}")
 
 
-def feed_source(config: FeedsConfig, feed: Feed, target: Target, actor: str) -> query.Source:
-    source = _source(config, feed, target, actor)
+def feed_source(config: FeedsConfig, feed: Feed, target: Target | None, actor: str) -> query.Source:
+    """What a read of the feed's target draws from; target None: a mixed feed's every target."""
+    source = mixed.feed_source(config, feed, actor) if target is None else _source(config, feed, target, actor)
     replies.restrict(config, feed, actor, source)
     return source
 

@@ -33,6 +33,7 @@ class Source:
     t: str = "r.time_us"  # the time sort key (indexed on the source's driving table)
     u: str = "r.uri"
     reposts: bool = False  # rows may be reposts: `u` is then the repost's URI and `t` its time
+    mixed: bool = False  # rows come from several collections: `r.collection` says which (read/mixed.py)
 
 
 def collection_source(c: Collection, author: str | None = None) -> Source:
@@ -151,14 +152,18 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
     statement = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
            + (f", {matching[2]}" if matching else f", {_field_expr(sort_field)}" if sort_field else "")
            + (", r.time_us AS record_time_us" if source.reposts else "")
+           + (", r.collection AS record_collection" if source.mixed else "")
            + f" {source.from_sql}" + (f" {matching[0]}" if matching else "")
            + (f" WHERE {' AND '.join(where)}" if where else "")
            + f" ORDER BY {order_by} LIMIT ?")
     rows = sql.rows(statement, source.from_params + (matching[1] if matching else []) + values + [limit])
     out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
+    if source.mixed:  # the last column, after the repost's
+        for record, row in zip(out["records"], rows):
+            record["collection"] = row[-1]
     if source.reposts:
         for record, row in zip(out["records"], rows):
-            _reason(record, row)
+            _reason(record, row[:-1] if source.mixed else row)
     if len(rows) == limit:
         last = rows[-1]
         valued = sort_field is not None or matching is not None

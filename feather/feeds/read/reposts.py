@@ -30,15 +30,21 @@ log = logging.getLogger(__name__)
 NEWER = "(g.time_us > f.time_us OR (g.time_us = f.time_us AND g.uri < f.uri))"
 
 
-def feed_source(actor: str, target: Target, repost: Target, c: Collection) -> query.Source:
+def newest_clause(target: Target, repost: Target) -> tuple[str, list]:
+    """Row f is the newest of the reader's rows showing its record: no newer repost of it, and (for
+    a repost row) no newer row of the record itself."""
     shown = "COALESCE(f.subject, f.uri)"
-    newest = (f"NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.subject = {shown} AND g.actor = f.actor"
-              f" AND g.collection = ? AND {NEWER})"
-              f" AND (f.subject IS NULL OR NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.uri = f.subject"
-              f" AND g.actor = f.actor AND g.collection = ? AND {NEWER}))")
-    return query.Source(f"FROM feed_items f JOIN {c.table} r ON r.uri = {shown}",
+    return (f"NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.subject = {shown} AND g.actor = f.actor"
+            f" AND g.collection = ? AND {NEWER})"
+            f" AND (f.subject IS NULL OR NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.uri = f.subject"
+            f" AND g.actor = f.actor AND g.collection = ? AND {NEWER}))", [repost.nsid, target.nsid])
+
+
+def feed_source(actor: str, target: Target, repost: Target, c: Collection) -> query.Source:
+    newest, params = newest_clause(target, repost)
+    return query.Source(f"FROM feed_items f JOIN {c.table} r ON r.uri = COALESCE(f.subject, f.uri)",
                         where=["f.actor = ?", "f.collection IN (?, ?)", newest],
-                        where_params=[actor, target.nsid, repost.nsid, repost.nsid, target.nsid],
+                        where_params=[actor, target.nsid, repost.nsid, *params],
                         t="f.time_us", u="f.uri", reposts=True)
 
 

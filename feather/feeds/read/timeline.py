@@ -52,8 +52,12 @@ def page_size(raw: str | None) -> int:
 
 
 def source(config: FeedsConfig, feed: Feed, did: str, target: Target | None = None):
-    target = target or feed.targets[0]
-    return config.collections[target.short], hybrid.feed_source(config, feed, target, did)
+    """(the collection whose filters and search apply, the source); a mixed feed with no target
+    reads every target (filters and search are its first target's)."""
+    if target is None and not feed.mixed:
+        target = feed.shown[0]
+    collection = config.collections[(target or feed.shown[0]).short]
+    return collection, hybrid.feed_source(config, feed, target, did)
 
 
 def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, limit: int,

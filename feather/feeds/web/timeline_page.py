@@ -31,20 +31,35 @@ def _feed(config):
 
 
 def _target(feed):
-    """The target the page shows: ?collection= (short name or NSID), else the feed's first."""
+    """The target the page shows: ?collection= (short name or NSID), else the feed's first; a
+    mixed feed shows every target at once (None) unless one is asked for."""
     wanted = request.args.get("collection")
     if not wanted:
-        return feed.shown[0]
+        return None if feed.mixed else feed.shown[0]
     for target in feed.shown:
         if wanted in (target.short, target.nsid):
             return target
     abort(404, "This feed has no such collection.")
 
 
+def _default(feed):
+    return None if feed.mixed else feed.shown[0]
+
+
+def _picker(feed, keep) -> list[tuple[str, str]]:
+    """(name, url) of each choice of what the page shows: a mixed feed's "all" first, then each
+    target by short name; nothing when there is only one choice."""
+    choices = ([("all", None)] if feed.mixed else []) + [
+        (t.short, None if t is _default(feed) else t.short) for t in feed.shown]
+    if len(choices) < 2:
+        return []
+    return [(name, _url("timeline.page", **{**keep, "collection": value})) for name, value in choices]
+
+
 def _keep(config, feed, target) -> dict:
     """The query parameters every link of the page carries forward (defaults left out)."""
     return {"feed": feed.name if len(config.feeds) > 1 or request.args.get("feed") else None,
-            "collection": target.short if target is not feed.shown[0] else None,
+            "collection": target.short if target is not None and target is not _default(feed) else None,
             "limit": request.args.get("limit") and str(timeline.page_size(request.args.get("limit"))),
             "q": _query() or None}
 
@@ -67,7 +82,8 @@ def _context() -> dict:
     app = current_app._get_current_object()
     # Signing in already started this; a page view only restarts one that failed and is due again.
     backfill.maybe_start(app, config, feed, did)
-    reposts.fill(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
+    for shown in ([target] if target is not None else feed.shown):
+        reposts.fill(app, config, feed, shown, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     limit = timeline.page_size(request.args.get("limit"))
     cursor = request.args.get("cursor") or None
     q, search_error = _query(), None
@@ -82,8 +98,7 @@ def _context() -> dict:
         "q": q, "search_error": search_error, "search_url": url_for("timeline.page"),
         "search_keep": {k: v for k, v in keep.items() if k != "q" and v},
         "feed": feed, "feeds": [(name, f.label) for name, f in config.feeds.items()], "entries": entries, "cursor": cursor, "target": target,
-        "target_urls": [(t.short, _url("timeline.page", **{**keep, "collection": None if i == 0 else t.short}))
-                        for i, t in enumerate(feed.shown)] if len(feed.shown) > 1 else [],
+        "target_urls": _picker(feed, keep), "current": target.short if target is not None else "all",
         "filling": timeline.filling(config, feed, did),
         "older_url": _url("timeline.page", cursor=older, **keep) if older else None,
         "more_url": _url("timeline.more", cursor=older, **keep) if older else None,

@@ -86,15 +86,16 @@ def get_feed():
     app = current_app._get_current_object()
     backfill.maybe_start(app, config, feed, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     wanted = request.args.get("collection")
-    target = feed.shown[0]
+    target = None if feed.mixed else feed.shown[0]  # a mixed feed reads every target at once
     if wanted:
         matches = [t for t in feed.shown if wanted in (t.nsid, t.short)]
         if not matches:
             raise ApiError(400, "InvalidRequest", "Collection not in feed targets")
         target = matches[0]
     params = {k: v for k, v in request.args.items() if k not in STRIPPED}
-    collection = config.collections[target.short]
-    reposts.fill(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
+    collection = config.collections[(target or feed.shown[0]).short]
+    for shown in ([target] if target is not None else feed.shown):
+        reposts.fill(app, config, feed, shown, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     source = hybrid.feed_source(config, feed, target, did)
     author = request.args.get("did")
     if author is not None:  # Contrail's author filter: the feed's records by this one account
