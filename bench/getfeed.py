@@ -19,6 +19,24 @@ inside node. Rounds alternate Feather, then Contrail; each Contrail page must be
 for that actor (here a feed row's time is its post's, so both orders agree), and any that is not
 is reported. Without Node 22 (bench/contrail installs it from npm) that comparison is skipped
 with one line saying why.
+
+The whole request (issue 36), beside the whole request of the Contrail shape, each ratio against
+that baseline from the same run and the goal (median and p99 at most the baseline's) marked met
+or not:
+- in process: GET /xrpc/com.featherreader.getFeed through the Flask test client (routing, the
+  reader's gate, the backfill check, the page, JSON), against shape.mjs's fetch-style handler
+  (a Request built and routed, the page, the JSON Response read back, as Hono's app.request runs);
+- over HTTP under load: the same URL against the gunicorn process (`make run`'s shape), and against
+  shape.mjs's `serve` (the handler behind node:http, one process too), same connections, same
+  concurrency, phases alternating.
+Then N more reads through the test client with every statement traced (each connection
+traced by
+sqlite3's trace callback): the statements that write (and of them, claims) a served reader's getFeed runs when
+nothing is due are printed, expected 0; over HTTP, whether the database changed at all
+(PRAGMA data_version) while gunicorn answered the reads.
+
+The posts are realistic in size and shape (a seeded mix of short and long texts, links with
+facets, replies, images with alt text, link cards and quotes; about 0.5 KiB of JSON each).
 """
 from __future__ import annotations
 
@@ -47,6 +65,44 @@ from bench.report import figure  # noqa: E402
 POST = "app.bsky.feed.post"
 
 
+WORDS = ("the", "a", "feed", "reader", "today", "new", "post", "about", "this", "that", "with", "from", "what",
+         "network", "people", "timeline", "week", "really", "think", "good", "open", "source", "small", "server")
+
+
+def realistic_post(rng: random.Random, i: int, created: str, earlier: list[tuple[str, str]]) -> dict:
+    """A Bluesky post as apps write them: text of 10-300 characters, langs, and by chance a link
+    facet, a reply to an earlier post, and an embed (images with alt text, a link card, a quote)."""
+    length = rng.choice((rng.randint(10, 80), rng.randint(80, 200), rng.randint(200, 300)))
+    text = ""
+    while len(text) < length:
+        text += rng.choice(WORDS) + " "
+    text = f"{i} {text.strip()}"[:300]
+    record: dict = {"$type": POST, "text": text, "createdAt": created, "langs": ["en"]}
+    blob = {"$type": "blob", "ref": {"$link": f"bafkreig{i:052d}"}, "mimeType": "image/jpeg", "size": 100_000 + i}
+    if rng.random() < 0.25:
+        link = f"https://example.com/articles/{i}"
+        record["text"] = f"{text} {link}"
+        start = len(text.encode()) + 1
+        record["facets"] = [{"index": {"byteStart": start, "byteEnd": start + len(link)},
+                             "features": [{"$type": "app.bsky.richtext.facet#link", "uri": link}]}]
+    if earlier and rng.random() < 0.3:
+        parent = {"uri": earlier[rng.randrange(len(earlier))][0], "cid": earlier[rng.randrange(len(earlier))][1]}
+        record["reply"] = {"root": parent, "parent": parent}
+    roll = rng.random()
+    if roll < 0.2:
+        record["embed"] = {"$type": "app.bsky.embed.images", "images": [
+            {"alt": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 25))), "image": blob,
+             "aspectRatio": {"width": 1200, "height": 800}} for _ in range(rng.randint(1, 4))]}
+    elif roll < 0.3:
+        record["embed"] = {"$type": "app.bsky.embed.external", "external": {
+            "uri": f"https://example.com/{i}", "title": f"An article {i}", "thumb": blob,
+            "description": " ".join(rng.choice(WORDS) for _ in range(20))}}
+    elif roll < 0.35 and earlier:
+        uri, cid = earlier[rng.randrange(len(earlier))]
+        record["embed"] = {"$type": "app.bsky.embed.record", "record": {"uri": uri, "cid": cid}}
+    return record
+
+
 def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
     # Not at the top: bench/load.py and bench/service.py import this module without patching gevent.
     from feather import create_app  # noqa: PLC0415  after main()'s monkey.patch_all()
@@ -66,10 +122,13 @@ def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
     base = 1_760_000_000_000_000
     raw = sqlite3.connect(path)
     post_rows = []
+    earlier: list[tuple[str, str]] = []
     for i in range(posts):
         did = f"did:plc:author{i % 2000:06d}"
-        record = json.dumps({"$type": POST, "text": f"post {i} " + "x" * 80, "createdAt": "2025-10-09T00:00:00.000Z"})
-        post_rows.append((f"at://{did}/{POST}/p{i:07d}", did, f"p{i:07d}", f"bafy{i}", record, base + i * 1000))
+        uri, cid = f"at://{did}/{POST}/p{i:07d}", f"bafyrei{i:020d}"
+        record = json.dumps(realistic_post(rng, i, "2025-10-09T00:00:00.000Z", earlier[-1000:]), separators=(",", ":"))
+        post_rows.append((uri, did, f"p{i:07d}", cid, record, base + i * 1000))
+        earlier.append((uri, cid))
     raw.executemany("INSERT INTO feed_records_post (uri, did, rkey, cid, record, time_us, indexed_at, arrival)"
                     " VALUES (?, ?, ?, ?, ?, ?, 0, 0)", post_rows)
 
@@ -85,8 +144,9 @@ def build(workdir: Path, actors: int, per_actor: int, posts: int) -> Path:
     raw.commit()
     total = raw.execute("SELECT count(*) FROM feed_items").fetchone()[0]
     raw.execute("ANALYZE")
+    size = raw.execute("SELECT avg(length(record)) FROM feed_records_post").fetchone()[0]
     raw.close()
-    print(f"database: {total} feed rows, {posts} posts, {actors} actors")
+    print(f"database: {total} feed rows, {posts} posts (record JSON {size:.0f} bytes on average), {actors} actors")
     return path
 
 
@@ -104,11 +164,16 @@ def contrail_setup(workdir: Path, path: Path):
     return contrail.Rounds(node, workdir / "contrail.db", POST)
 
 
+FEED_URL = "/xrpc/com.featherreader.getFeed?feed=timeline&actor={actor}&limit=50"
+
+
 def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.Random,
-               shape=None) -> tuple[list, list, list, int]:
-    """(getFeed latencies, bare page-query latencies, Contrail-shaped latencies) in seconds, Feather
-    and bare interleaved actor by actor, Contrail's round after Feather's; and how many Contrail
-    pages differed from Feather's."""
+               shape=None) -> dict:
+    """Latencies in seconds: "run" (route's page: feed_source + query.run), "bare" (the page query
+    on raw sqlite3), "request" (the whole GET through the Flask test client), "contrail" and
+    "contrail_request" (shape.mjs, its page and its whole request); Feather's three interleaved
+    actor by actor, Contrail's round after Feather's; "mismatches": Contrail pages (of either
+    kind) that differed from Feather's."""
     # Not at the top: bench/load.py and bench/service.py import this module without patching gevent.
     from feather import create_app  # noqa: PLC0415  after main()'s monkey.patch_all()
     from feather.db import db  # noqa: PLC0415  after main()'s monkey.patch_all()
@@ -119,7 +184,9 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
                       "FEED_SERVE": "all"})
     picks = [f"did:plc:reader{rng.randrange(actors):07d}" for _ in range(50)]
     raw = sqlite3.connect(path)
-    feed_lat, bare_lat, contrail_lat, mismatches = [], [], [], 0
+    client = app.test_client()
+    out = {"run": [], "bare": [], "request": [], "contrail": [], "contrail_request": [], "mismatches": 0}
+    feed_lat, bare_lat = out["run"], out["bare"]
     with app.app_context(), db.connection_context():
         config = app.extensions["feeds"]
         feed = config.feeds["timeline"]
@@ -142,16 +209,78 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
                 if [r[0] for r in rows] != [r["uri"] for r in page["records"]]:
                     raise SystemExit(f"{actor}: the bare query read another page")
                 feather_pages.append([r["uri"] for r in page["records"]])
+                # In a greenlet of its own: the request opens and closes its own connection (peewee's
+                # state is per greenlet), as a served request does, and leaves this loop's alone.
+                started = time.perf_counter()
+                response = gevent.spawn(client.get, FEED_URL.format(actor=actor)).get()
+                body = response.get_data()
+                whole = time.perf_counter() - started
+                if response.status_code != 200 or [r["uri"] for r in json.loads(body)["records"]] != feather_pages[-1]:
+                    raise SystemExit(f"{actor}: the test client's getFeed answered {response.status_code}"
+                                     f" {body[:200]!r}, not the page")
                 if round_:
                     feed_lat.append(took)
                     bare_lat.append(bare)
+                    out["request"].append(whole)
             if shape:
-                out = shape.round(picks)
-                mismatches += sum(theirs != ours for theirs, ours in zip(out["pages"], feather_pages))
+                theirs = shape.round(picks)
+                out["mismatches"] += sum(t != ours for t, ours in zip(theirs["pages"], feather_pages))
+                out["mismatches"] += sum(t != ours for t, ours in zip(theirs["request_pages"], feather_pages))
                 if round_:
-                    contrail_lat += out["seconds"]
+                    out["contrail"] += theirs["seconds"]
+                    out["contrail_request"] += theirs["request_seconds"]
     raw.close()
-    return feed_lat, bare_lat, contrail_lat, mismatches
+    return out
+
+
+WRITE_VERBS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
+
+
+def traced_reads(path: Path, workdir: Path, actors: int, n: int, rng: random.Random) -> dict:
+    """n getFeed reads of served readers with nothing due (their backfill done), every statement
+    peewee runs counted: how many there were, how many write, how many of those are claims (a
+    write of feed_backfills, or an advisory lock), how many transactions were opened."""
+    from feather import create_app  # noqa: PLC0415  after main()'s monkey.patch_all()
+    from feather.db import db  # noqa: PLC0415  after main()'s monkey.patch_all()
+
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
+                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
+                      "FEED_SERVE": "all"})
+    client = app.test_client()
+    counts = {"reads": n, "statements": 0, "writes": 0, "claims": 0, "transactions": 0, "written": set()}
+
+    def trace(sql: str) -> None:  # every statement SQLite runs, BEGIN and COMMIT included
+        words = sql.lstrip().split(None, 1)
+        verb = words[0].upper() if words else ""
+        counts["statements"] += 1
+        if verb == "BEGIN":
+            counts["transactions"] += 1
+        elif verb in WRITE_VERBS or (verb == "WITH" and any(w in sql.upper() for w in WRITE_VERBS)):
+            counts["writes"] += 1
+            counts["written"].add(sql[:80])
+            counts["claims"] += "feed_backfills" in sql
+        elif "advisory" in sql:
+            counts["claims"] += 1
+
+    database = db.obj
+    connect = database._connect
+
+    def traced_connect(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(trace)
+        return conn
+
+    database.close()  # every connection the reads use is made, and traced, from here on
+    database._connect = traced_connect
+    try:
+        for _ in range(n):
+            response = client.get(FEED_URL.format(actor=f"did:plc:reader{rng.randrange(actors):07d}"))
+            if response.status_code != 200:
+                raise SystemExit(f"traced getFeed: HTTP {response.status_code} {response.get_data()[:200]!r}")
+    finally:
+        database._connect = connect
+    counts["written"] = sorted(counts["written"])
+    return counts
 
 
 def free_port() -> int:
@@ -215,31 +344,53 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=40, help="in-process: rounds over the same 50 actors")
+    parser.add_argument("--traced-reads", type=int, default=500, help="reads with every statement counted")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="only build, then cProfile N whole requests through the test client and print the top")
     args = parser.parse_args()
     rng = random.Random(11)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         path = build(workdir, args.actors, args.per_actor, args.posts)
+        if args.profile:
+            profile(path, workdir, args.actors, args.profile, rng)
+            return
         shape = contrail_setup(workdir, path)
         try:
-            inproc, bare, theirs, mismatches = in_process(path, workdir, args.actors, args.rounds, rng, shape)
+            measured = in_process(path, workdir, args.actors, args.rounds, rng, shape)
         finally:
             if shape:
                 shape.close()
+        traced = traced_reads(path, workdir, args.actors, args.traced_reads, rng)
+        inproc, bare, theirs, mismatches = (measured["run"], measured["bare"], measured["contrail"],
+                                            measured["mismatches"])
         port = free_port()
         server = start_server(path, workdir, port)
+        node_server = None
+        if shape:
+            node_server = contrail.Server(shape.node_path, workdir / "contrail.db", POST, free_port())
         try:
-            feed = lambda: f"/xrpc/com.featherreader.getFeed?feed=timeline&actor=did:plc:reader{rng.randrange(args.actors):07d}&limit=50"
+            feed = lambda: FEED_URL.format(actor=f"did:plc:reader{rng.randrange(args.actors):07d}")
             health = lambda: "/health"
             load(port, feed, 200, args.concurrency)  # warm-up
             load(port, health, 200, args.concurrency)
-            feed_lat, health_lat = [], []
-            for _ in range(2):  # alternate phases so drift hits both alike
+            if node_server:
+                load(node_server.port, feed, 200, args.concurrency)
+            version = sqlite3.connect(path)
+            before = version.execute("PRAGMA data_version").fetchone()[0]
+            feed_lat, health_lat, node_lat = [], [], []
+            for _ in range(2):  # alternate phases so drift hits all alike
                 health_lat += load(port, health, args.requests // 2, args.concurrency)
                 feed_lat += load(port, feed, args.requests // 2, args.concurrency)
+                if node_server:
+                    node_lat += load(node_server.port, feed, args.requests // 2, args.concurrency)
+            http_changed = version.execute("PRAGMA data_version").fetchone()[0] != before
+            version.close()
         finally:
             server.terminate()
             server.wait(timeout=15)
+            if node_server:
+                node_server.close()
     print(f"in-process getFeed limit=50, 50 actors: median {pct(inproc, .5):.2f} ms  p99 {pct(inproc, .99):.2f} ms;"
           f" bare page query: median {pct(bare, .5):.2f} ms  p99 {pct(bare, .99):.2f} ms;"
           f" ratio {pct(inproc, .5) / pct(bare, .5):.2f}x median, {pct(inproc, .99) / pct(bare, .99):.2f}x p99"
@@ -251,8 +402,9 @@ def main() -> None:
               f"  p99 {pct(theirs, .99):.2f} ms; ratio feather / Contrail's statements:"
               f" {pct(inproc, .5) / pct(theirs, .5):.2f}x median (goal <= 1.0x),"
               f" {pct(inproc, .99) / pct(theirs, .99):.2f}x p99 ({len(theirs)} reads each)")
-        compared = (args.rounds + 1) * 50
-        print(f"Contrail-shaped pages equal to Feather's: {compared - mismatches} of {compared}"
+        compared = (args.rounds + 1) * 50 * 2  # its page, and its whole request's body
+        print(f"Contrail-shaped pages (its page query's and its whole request's) equal to Feather's:"
+              f" {compared - mismatches} of {compared}"
               + ("" if not mismatches else f"  ({mismatches} DIFFER: the figures compare different pages)"))
         against = "Feather against Contrail's statements (node:sqlite)"
         figure(f"getFeed in-process median, limit 50, {against}", pct(inproc, .5), pct(theirs, .5), "ms", "<= 1.0")
@@ -262,6 +414,63 @@ def main() -> None:
     print(f"ratio getFeed / trivial: p50 {pct(feed_lat, .5) / pct(health_lat, .5):.2f}x  "
           f"p99 {pct(feed_lat, .99) / pct(health_lat, .99):.2f}x  "
           f"({args.requests} requests each, concurrency {args.concurrency})")
+    whole = measured["request"]
+    print(f"whole getFeed request in process (Flask test client), limit=50: median {pct(whole, .5):.2f} ms"
+          f"  p99 {pct(whole, .99):.2f} ms ({len(whole)} reads)")
+    if shape:
+        _against("in process", "Flask test client", whole, "fetch-style handler on node:sqlite",
+                 measured["contrail_request"])
+        _against(f"over HTTP, concurrency {args.concurrency}", "gunicorn -k gevent -w 1", feed_lat,
+                 "node:http, one process", node_lat)
+    else:
+        print("issue 36 getFeed goal (whole request's median and p99 at most Contrail's): not measured,"
+              " the Contrail comparison was skipped")
+    print(f"writes during {traced['reads']} served reads with nothing due (in process, every statement traced):"
+          f" {traced['writes']} statements that write, {traced['claims']} claims;"
+          f" {traced['transactions']} transactions opened, {traced['statements']} statements in all"
+          + (f"; written: {traced['written']}" if traced["written"] else ""))
+    print(f"database changed while gunicorn answered {args.requests} getFeed reads (PRAGMA data_version):"
+          f" {'yes' if http_changed else 'no'}")
+    figure(f"getFeed statements that write, per {traced['reads']} served reads with nothing due",
+           traced["writes"], None, "writes", "0")
+
+
+def profile(path: Path, workdir: Path, actors: int, n: int, rng: random.Random) -> None:
+    """cProfile over n whole getFeed requests through the Flask test client (after 50 unprofiled)."""
+    import cProfile  # noqa: PLC0415
+    import pstats  # noqa: PLC0415
+
+    from feather import create_app  # noqa: PLC0415  after main()'s monkey.patch_all()
+
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test",
+                      "FEATHERREADER_DATA_DIR": str(workdir), "FEATHERREADER_LOG_LEVEL": "WARNING",
+                      "FEED_SERVE": "all"})
+    client = app.test_client()
+    urls = [FEED_URL.format(actor=f"did:plc:reader{rng.randrange(actors):07d}") for _ in range(n + 50)]
+    for url in urls[:50]:
+        client.get(url)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for url in urls[50:]:
+        client.get(url)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    print(f"cProfile of {n} getFeed requests (Flask test client): {stats.total_tt * 1000 / n:.2f} ms a request")
+    stats.sort_stats("cumulative").print_stats(40)
+
+
+def _against(where: str, ours: str, feather: list[float], theirs: str, baseline: list[float]) -> None:
+    """One whole-request comparison: both figures, the ratios, the goal marked, two FIGURE lines."""
+    med, p99 = pct(feather, .5), pct(feather, .99)
+    bmed, bp99 = pct(baseline, .5), pct(baseline, .99)
+    met = med <= bmed and p99 <= bp99
+    print(f"whole getFeed request {where}: Feather ({ours}) median {med:.2f} ms  p99 {p99:.2f} ms;"
+          f" Contrail shape ({theirs}) median {bmed:.2f} ms  p99 {bp99:.2f} ms;"
+          f" ratio {med / bmed:.2f}x median, {p99 / bp99:.2f}x p99;"
+          f" issue 36 goal (median and p99 at most the baseline's): {'met' if met else 'NOT met'}"
+          f" ({len(feather)} and {len(baseline)} reads)")
+    figure(f"getFeed whole request {where} median, against Contrail's whole request", med, bmed, "ms", "<= 1.0")
+    figure(f"getFeed whole request {where} p99, against Contrail's whole request", p99, bp99, "ms", "<= 1.0")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,12 @@ posts that was is printed beside the figure). With --postgres all three run on s
 made beside URL instead of SQLite files. Each runs in a child process, whose steady RSS (median
 over the second half of the ingest) and peak RSS are reported against the 128 MiB steady goal and
 the 512 MB VM budget.
+
+Beside the bare socket, a second baseline, "bare SQL" (bench/bare_sql.py): the full index's final
+rows (the records tables, feed_items' fan-out, feed_tombstones) written by a minimal script, one
+prepared executemany per table and kind, one transaction per batch of the engine's 500 events, on
+the same database kind and schema. The full index's rate is shown as a ratio to both, measured in
+the same run; tests/test_bench_ingest.py checks that the baseline's rows are the service's.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 # Light (the standard library only): the --child process loads them before it patches gevent.
+from bench import bare_sql  # noqa: E402
 from bench.firehose import realistic_log  # noqa: E402
 from bench.report import FULL_INDEX_GOAL, INGEST_GOAL, figure  # noqa: E402
 from tests.support.postgres import scratch_database  # noqa: E402
@@ -101,6 +108,30 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str
                       "stats": stats, "posts": posts}))
 
 
+def bare_sql_child(n: int, workdir: str, database: str) -> None:
+    """Runs in its own process, unpatched (its connection is a plain driver's): the schema made by
+    Feather's migrations and ensure_schema (not timed), the log planned into per-batch writes in
+    Python (not timed), then the writes, timed."""
+    from feather import create_app  # noqa: PLC0415  the child's, like the engine's
+    from feather.db import SQLITE_PRAGMAS, db  # noqa: PLC0415
+    from feather.process.runtime import migrate  # noqa: PLC0415
+
+    app = create_app({"DATABASE_URL": database, "FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": workdir,
+                      "FEATHERREADER_LOG_LEVEL": "WARNING", "FEED_SERVE": "all"})
+    migrate(app)
+    db.close()
+    frames = [json.loads(line) for line in (Path(workdir) / "log.jsonl").read_text().splitlines()]
+    started = time.perf_counter()
+    model, batches = bare_sql.plan(frames[:n])
+    planned = time.perf_counter() - started
+    if database.startswith("sqlite:///"):
+        elapsed = bare_sql.write_sqlite(database.removeprefix("sqlite:///"), batches, SQLITE_PRAGMAS)
+    else:
+        elapsed = bare_sql.write_postgres(database, batches)
+    print(json.dumps({"rate": n / elapsed, "plan_secs": planned, "items": len(model.items),
+                      "batches": len(batches)}))
+
+
 def _status_kb(field: str) -> int:
     with open("/proc/self/status") as status:
         return int(next(line.split()[1] for line in status if line.startswith(field + ":")))
@@ -108,8 +139,13 @@ def _status_kb(field: str) -> int:
 
 def run_child(url, n, first_us, last_us, workdir, mode, postgres=None) -> dict:
     with _database(postgres, workdir, mode) as database:
-        out = subprocess.run([sys.executable, __file__, "--child", url, str(n), str(first_us), str(last_us), workdir,
-                              mode, database], check=False, cwd=REPO, capture_output=True, text=True)
+        return run_on(database, url, n, first_us, last_us, workdir, mode)
+
+
+def run_on(database: str, url, n, first_us, last_us, workdir, mode) -> dict:
+    """One child on the database named (mode "baresql": the bare-SQL baseline; url is then unused)."""
+    out = subprocess.run([sys.executable, __file__, "--child", url, str(n), str(first_us), str(last_us), workdir,
+                          mode, database], check=False, cwd=REPO, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"bench child failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -124,6 +160,9 @@ def _database(postgres: str | None, workdir: str, mode: str):
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         url, n, first, last, workdir, mode, database = sys.argv[2:]
+        if mode == "baresql":
+            bare_sql_child(int(n), workdir, database)
+            return
         child(url, int(n), int(first), int(last), workdir, mode, database)
         return
     args = parse_args()
@@ -138,6 +177,8 @@ def main() -> None:
             everything = run_child(js.url, args.events, first_us, last_us, tmp, "all", args.postgres)
             served = run_child(js.url, args.events, first_us, last_us, tmp, "served", args.postgres)
             bare.append(bare_receive(js.url, args.events))
+        # After the socket loops: its own child, on its own scratch database, the same log.
+        baresql = run_child(js.url, args.events, first_us, last_us, tmp, "baresql", args.postgres)
     # The first loop of a run has measured up to a third slower than the last on this machine;
     # the faster of the two is the baseline, so drift never flatters a ratio.
     baseline = max(bare)
@@ -153,6 +194,12 @@ def main() -> None:
           f"{served['rate']:10,.0f} events/s   ratio {served['rate'] / baseline:.2f} (goal {INGEST_GOAL})   {_memory(served)}"
           f"   stored {served['posts']:,} of the full index's {everything['posts']:,} posts "
           f"({served['posts'] / max(everything['posts'], 1):.0%})")
+    print(f"bare SQL, the full index's final rows ({baresql['items']:,} timeline rows), prepared executemany,"
+          f" one transaction per {bare_sql.BATCH_EVENTS}-event batch ({where}): {baresql['rate']:10,.0f} events/s"
+          f"   ({baresql['rate'] / baseline:.2f} of the bare socket; planned in Python in {baresql['plan_secs']:.1f} s,"
+          f" not timed)")
+    print(f"feather engine + every feature's handler, FEED_SERVE=all, against bare SQL: "
+          f"ratio {everything['rate'] / baresql['rate']:.2f}")
     drops = "/".join(str(r["stats"].get("queue_full", 0)) for r in (engine_only, everything, served))
     print(f"queue-full drops (mirror/all/served): {drops}")
 
@@ -163,6 +210,8 @@ def main() -> None:
     figure(f"ingest, minimal mirror handler, {where}", engine_only["rate"], baseline, "events/s", ">= 0.5")
     figure(f"RSS steady, every feature, {where}", everything["steady_kb"] / 1024, None, "MiB", "<= 128")
     figure(f"RSS peak, every feature, {where}", everything["peak_kb"] / 1024, None, "MiB", "<= 512")
+    figure(f"ingest, every feature, full index (FEED_SERVE=all), {where}, against bare SQL", everything["rate"],
+           baresql["rate"], "events/s", FULL_INDEX_GOAL)
 
 
 SERVED = 10

@@ -1,6 +1,7 @@
-"""bench/ingest.py's three figures: the default-serving run really is a small instance's store, not
-the full index again under another name."""
+"""bench/ingest.py's figures: the default-serving run really is a small instance's store, not the
+full index again under another name; and its bare-SQL baseline writes exactly the service's rows."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -8,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import bare_sql
 from bench.firehose import realistic_log
-from bench.ingest import served_accounts
+from bench.ingest import _database, run_on, served_accounts, write_log
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,14 +39,49 @@ def test_ingest_bench_prints_the_default_serving_figure_beside_the_full_index(tm
         "ingest, minimal mirror handler, SQLite",
         "RSS steady, every feature, SQLite",
         "RSS peak, every feature, SQLite",
+        "ingest, every feature, full index (FEED_SERVE=all), SQLite, against bare SQL",
     ]
     # The goal is the shipped service's; the opt-in full index is measured beside it with none.
     assert [f["goal"] for f in figures[:3]] == ["none (opt-in)", ">= 0.25", ">= 0.5"]
     bare = figures[0]["bare"]
     assert bare > 0 and all(f["bare"] == bare for f in figures[:3])
     assert all(f["feather"] > 0 for f in figures)
+    # The full index against the bare-SQL baseline from the same run: another baseline, the same rate.
+    assert figures[5]["feather"] == figures[0]["feather"] and figures[5]["bare"] > 0
     stored, full = (int(n.replace(",", "")) for n in
                     re.search(r"stored ([\d,]+) of the full index's ([\d,]+) posts", out.stdout).groups())
     # The served run kept some of the log's posts (its accounts' followees'), far from all of them.
     assert 0 < stored < full / 2, (stored, full)
     print(f"bench/ingest.py --events 4000: {out.stdout.splitlines()[1:5]}")
+
+
+@pytest.mark.slow
+def test_the_bare_sql_baseline_writes_exactly_the_rows_the_service_writes(tmp_path):
+    """The bare-SQL baseline is honest only if it writes what the service does: replay one small
+    log into the engine with every feature (FEED_SERVE=all) and into the bare script, each on its
+    own database of the kind DATABASE_URL names, and compare the feeds store's tables row by row
+    (the records tables, feed_items with its subject, feed_tombstones; not the two clock columns)."""
+    from tests.support.fake_jetstream import FakeJetstream
+
+    events = 10_000
+    log, first_us, last_us, _ = write_log(tmp_path, events)
+    url = os.environ.get("DATABASE_URL", "")
+    postgres = url if url.startswith("postgres") else None
+    workdir = str(tmp_path)
+    with FakeJetstream(log=str(log), ttl_secs=0) as js, _database(postgres, workdir, "all") as service_db, \
+            _database(postgres, workdir, "baresql") as bare_db:
+        service = run_on(service_db, js.url, events, first_us, last_us, workdir, "all")
+        bare = run_on(bare_db, js.url, events, first_us, last_us, workdir, "baresql")
+        theirs = bare_sql.table_rows(bare_sql.connector(bare_db))
+        ours = bare_sql.table_rows(bare_sql.connector(service_db))
+    assert service["stats"].get("queue_full", 0) == 0  # every event reached the service's handlers
+    assert set(ours) == set(theirs)
+    for table in ours:
+        missing, extra = set(ours[table]) - set(theirs[table]), set(theirs[table]) - set(ours[table])
+        assert ours[table] == theirs[table], (table, sorted(missing)[:3], sorted(extra)[:3])
+    # The log exercised every kind of write the baseline makes.
+    assert len(ours["feed_items"]) == bare["items"] > 1000
+    assert ours["feed_records_post"] and ours["feed_records_follow"] and ours["feed_records_profile"]
+    assert ours["feed_tombstones"]
+    print(f"bare SQL against the service, {events} events: "
+          + ", ".join(f"{table} {len(rows)}" for table, rows in sorted(ours.items())) + " rows, all equal")

@@ -98,6 +98,7 @@ class Rounds:
     """A running `shape.mjs getfeed-rounds`: one call per round, so rounds can alternate with Feather's."""
 
     def __init__(self, node_path: str, db: Path, nsid: str, limit: int = 50):
+        self.node_path = node_path
         self.proc = subprocess.Popen(command(node_path, "getfeed-rounds", db, nsid, limit), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
 
@@ -111,4 +112,21 @@ class Rounds:
 
     def close(self) -> None:
         self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+class Server:
+    """A running `shape.mjs serve`: the Contrail-shaped getFeed route behind node:http on a port."""
+
+    def __init__(self, node_path: str, db: Path, nsid: str, port: int):
+        self.port = port
+        self.proc = subprocess.Popen(command(node_path, "serve", db, nsid, port), stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line or json.loads(line).get("listening") != port:
+            self.close()
+            raise RuntimeError(f"shape.mjs serve did not start ({self.proc.poll()})")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
         self.proc.wait(timeout=30)

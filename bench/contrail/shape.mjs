@@ -13,7 +13,12 @@
 //   node shape.mjs getfeed <db> <nsid> <actor> [limit] [cursor]  -> the getFeed response body
 //   node shape.mjs getfeed-rounds <db> <nsid> [limit]
 //        reads one JSON array of actors per stdin line; for each line times every actor's first
-//        page and answers {"seconds": [...], "pages": [[uri, ...], ...]} on one line.
+//        page, then the whole request for it (a fetch-style handler, as Hono's app.request runs
+//        one: the Request built, its URL routed and parsed, the page, the JSON Response read back),
+//        and answers {"seconds", "pages", "request_seconds", "request_pages"} on one line.
+//   node shape.mjs serve <db> <nsid> <port> [namespace]
+//        the same handler behind node:http on 127.0.0.1:<port> (GET /xrpc/<namespace>.getFeed?actor=
+//        &limit=&cursor=); prints {"listening": port} once it accepts connections.
 import { DatabaseSync } from 'node:sqlite';
 import { createInterface } from 'node:readline';
 
@@ -127,6 +132,49 @@ function page(queries, nsid, actor, limit, cursor) {
   return body;
 }
 
+const JSON_HEADERS = { 'content-type': 'application/json; charset=utf-8' };
+
+// The route a Contrail app answers getFeed with: parse the query, read the page, answer JSON.
+function answer(queries, nsid, namespace, url) {
+  if (url.pathname !== `/xrpc/${namespace}.getFeed`) return [404, { error: 'NotFound', message: 'no such method' }];
+  const actor = url.searchParams.get('actor');
+  if (!actor) return [400, { error: 'InvalidRequest', message: 'actor parameter required' }];
+  const limit = Math.min(Math.max(Number.parseInt(url.searchParams.get('limit') ?? '50', 10) || 50, 1), 100);
+  return [200, page(queries, nsid, actor, limit, url.searchParams.get('cursor') || undefined)];
+}
+
+async function handle(queries, nsid, namespace, request) {
+  const [status, body] = answer(queries, nsid, namespace, new URL(request.url));
+  return new Response(JSON.stringify(body), { status, headers: JSON_HEADERS });
+}
+
+async function serve(path, nsid, port, namespace = 'com.featherreader') {
+  const { createServer } = await import('node:http');
+  const db = open(path);
+  const queries = pageQueries(db, nsid);
+  const server = createServer((req, res) => {
+    let status;
+    let text;
+    try {
+      const [code, body] = answer(queries, nsid, namespace, new URL(req.url, 'http://127.0.0.1'));
+      status = code;
+      text = JSON.stringify(body);
+    } catch (err) {
+      status = 500;
+      text = JSON.stringify({ error: 'InternalServerError', message: String(err) });
+    }
+    res.writeHead(status, { ...JSON_HEADERS, 'content-length': Buffer.byteLength(text) });
+    res.end(text);
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
+  process.stdout.write(JSON.stringify({ listening: port }) + '\n');
+  await new Promise((resolve) => process.on('SIGTERM', resolve));
+  server.close();
+  db.close();
+  return null;
+}
+
 function getfeed(path, nsid, actor, limit = 50, cursor = undefined) {
   const db = open(path);
   const body = page(pageQueries(db, nsid), nsid, actor, limit, cursor);
@@ -142,13 +190,24 @@ async function getfeedRounds(path, nsid, limit = 50) {
     if (!line.trim()) continue;
     const seconds = [];
     const pages = [];
+    const requestSeconds = [];
+    const requestPages = [];
     for (const actor of JSON.parse(line)) {
-      const started = performance.now();
+      let started = performance.now();
       const body = page(queries, nsid, actor, limit);
       seconds.push((performance.now() - started) / 1000);
       pages.push(body.records.map((r) => r.uri));
+      const url = `http://127.0.0.1/xrpc/com.featherreader.getFeed?feed=timeline&actor=${encodeURIComponent(actor)}`
+        + `&limit=${limit}`;
+      started = performance.now();
+      const response = await handle(queries, nsid, 'com.featherreader', new Request(url));
+      const text = await response.text();
+      requestSeconds.push((performance.now() - started) / 1000);
+      requestPages.push(JSON.parse(text).records.map((r) => r.uri));
     }
-    process.stdout.write(JSON.stringify({ seconds, pages }) + '\n');
+    process.stdout.write(JSON.stringify({
+      seconds, pages, request_seconds: requestSeconds, request_pages: requestPages,
+    }) + '\n');
   }
   db.close();
   return null;
@@ -162,6 +221,7 @@ async function main(argv) {
     case 'fanout': return fanout(args[0], args[1], args[2], args[3], int(args[4]), args[5]);
     case 'getfeed': return getfeed(args[0], args[1], args[2], int(args[3], 50), args[4] || undefined);
     case 'getfeed-rounds': return getfeedRounds(args[0], args[1], int(args[2], 50));
+    case 'serve': return serve(args[0], args[1], int(args[2]), args[3] || undefined);
     default: throw new Error(`unknown mode ${mode}; see the header of shape.mjs`);
   }
 }
