@@ -27,7 +27,13 @@ ALLOWED = {
     "feather/atproto/cache.py::TtlCache._data": "bounded: the TtlCache itself (ttl and max_entries)",
     "feather/feeds/web/budget.py::OutboundBudget._clients":
         "bounded: max_clients, the least recently used client dropped first (a token bucket needs no ttl)",
+    "feather/feeds/read/labels.py::Health.down_until":
+        "bounded: at most 1,000 labelers, the oldest failure dropped first (Health.failed)",
+    "feather/feeds/read/reposts.py::_failed": "bounded: cleared when it reaches MAX_REMEMBERED (10,000) records",
     # one page render: made and dropped with it
+    "feather/feeds/read/labels.py::Found.by_labeler":
+        "one per read: the labels of one page's posts and authors, from the labelers asked (at most 20)",
+    "feather/feeds/read/labels.py::Found.missing": "one per read: the page's subjects a labeler did not answer",
     "feather/feeds/read/timeline.py::_Context.quoted_text":
         "bounded: the quoted posts of one page of at most MAX_PAGE_SIZE entries, dropped with the page",
     # keyed by configuration, or rebuilt from the database
@@ -46,6 +52,8 @@ ALLOWED = {
         "replaced wholesale from the database: the actors this instance serves",
     "feather/feeds/ingest/admission.py::Admission.followees":
         "replaced wholesale from the database: whom the served actors follow",
+    "feather/feeds/ingest/admission.py::Admission.reposted":
+        "replaced wholesale from the database: the records reposted into served timelines (bounded by their caps)",
     # short-lived: one per batch, request or verdict
     "feather/sync/handler.py::_Sets._cache": "one per batch: at most the batch's authors",
     "feather/feeds/ingest/batch.py::Net.upserts": "one per batch: at most the batch's records",
@@ -67,6 +75,9 @@ ALLOWED = {
     "feather/sync/memory.py::MemoryPds.signed_out": "test double: the in-memory PDS, not used when serving",
     # constants
     "feather/atproto/crypto.py::_B58_INDEX": CONSTANT,
+    "feather/feeds/read/labels.py::NAMES": CONSTANT,
+    "feather/feeds/read/refs.py::REFS": CONSTANT,
+    "feather/feeds/web/reader_feed.py::KINDS": CONSTANT,
     "feather/atproto/crypto.py::_CURVES": CONSTANT,
     "feather/atproto/crypto.py::_ORDERS": CONSTANT,
     "feather/atproto/crypto.py::_LEGACY_TYPES": CONSTANT,

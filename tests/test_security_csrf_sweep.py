@@ -76,7 +76,8 @@ def test_the_sweep_sees_every_state_changing_route(make_app):
         ("auth.api_sign_in", "POST"), ("auth.api_sign_out", "DELETE"), ("auth.consent", "POST"),
         ("auth.login", "POST"), ("auth.login_password", "POST"), ("auth.logout", "POST"),
         ("feed_publish.act", "POST"), ("jetstream_dev.dev_event", "POST"), ("network.attribution", "POST"),
-        ("network.opt_out", "POST"), ("pages.delete", "POST"), ("sync.act", "POST"), ("sync_api.post_state", "POST")]
+        ("network.opt_out", "POST"), ("pages.delete", "POST"), ("reader_feed.make", "POST"),
+        ("reader_feed.revoke", "POST"), ("sync.act", "POST"), ("sync_api.post_state", "POST")]
 
 
 def test_only_the_known_blueprints_are_exempt_from_the_automatic_check(make_app):
