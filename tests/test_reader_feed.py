@@ -187,3 +187,19 @@ def test_the_access_log_keeps_four_characters_of_a_link_token():
     line = f"GET /r/{token}.atom HTTP/1.1"
     assert conf["mask_reader_links"](line) == "GET /r/AbCd****.atom HTTP/1.1"
     assert conf["logger_class"].__name__ == "MaskingLogger"
+
+
+def test_labelled_posts_in_the_feed_honour_the_pages_labels(make_app, tmp_path):
+    """A self-labelled post carries only its label's name in the feed, never its text (as the page masks it)."""
+    app = feeds_app(make_app, tmp_path, sources=FakeSources(), FEED_LABELERS="")
+    self_porn = {"$type": "com.atproto.label.defs#selfLabels", "values": [{"val": "porn"}]}
+    ingest(app, [follow(A, "f1", B), post(B, "b1", BASE_US + 1_000_000, text="fine"),
+                 post(B, "b2", BASE_US + 2_000_000, text="explicit words", labels=self_porn)])
+    mark_backfilled(app, A, feeds=("timeline", "posts"))
+    client = app.test_client()
+    sign_in(app, client, did=A, handle="alice.test")
+    entries = feedparser.parse(client.get(make_link(client) + ".atom").data).entries
+    assert [e.link for e in entries] == [url_of(B, "b2"), url_of(B, "b1")]
+    masked = html.unescape(entries[0].content[0].value)
+    assert "Adult content" in masked and "explicit words" not in masked and "explicit" not in entries[0].title
+    join_backfills(app)
