@@ -194,7 +194,7 @@ def repost_statements(config):
                                               ["feed_items", "f", "g", post_table, "r", follow_table, "fo"]),
         "getFeed page, no replies": (feed_page_sql(config, replace(feed, replies="none"), post, A),
                                      ["feed_items", "f", "g", post_table, "r"]),
-        "missing reposted records": (items.missing_reposted_sql(config, repost, post_table, A, 30),
+        "missing reposted records": (items.missing_reposted_sql(repost, post_table, A, 30),
                                      ["feed_items", "f", post_table, "p", "feed_tombstones", "s"]),
         "batch repost fan-out": (items.fan_out_sql(config, feed, [(REPOST_URI, repost.nsid, 1, A, POST_URI)]),
                                  [follow_table, "r"]),

@@ -9,7 +9,7 @@ the collection it reposts (the rules of read/reposts.py: a record once, at its n
 """
 from __future__ import annotations
 
-from feather.feeds.config import Feed, FeedsConfig, Target
+from feather.feeds.config import Feed, FeedsConfig
 from feather.feeds.read import query, reposts
 
 COLUMNS = "uri, cid, did, rkey, record, time_us"
@@ -44,9 +44,3 @@ def feed_source(config: FeedsConfig, feed: Feed, actor: str) -> query.Source:
     return query.Source(f"FROM feed_items f JOIN ({union}) r ON r.uri = {shown}", params, where, where_params,
                         t="f.time_us", u="f.uri", reposts=has_reposts, mixed=True)
 
-
-def target_for(feed: Feed, wanted: str | None) -> Target | None:
-    """A mixed feed read whole (None), or one of its targets when `collection=` names one."""
-    if not wanted:
-        return None
-    return next((t for t in feed.shown if wanted in (t.nsid, t.short)), None)

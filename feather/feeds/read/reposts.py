@@ -52,7 +52,7 @@ def missing(config: FeedsConfig, target: Target, repost: Target, actor: str, lim
     """Records the reader's newest reposts show that the store lacks (a repost of someone the
     reader does not follow, written before anything of theirs was kept): fetched at read time."""
     table = config.collections[target.short].table
-    return [row[0] for row in sql.rows(*items.missing_reposted_sql(config, repost, table, actor, limit))]
+    return [row[0] for row in sql.rows(*items.missing_reposted_sql(repost, table, actor, limit))]
 
 
 # --- fetching what a repost shows ---------------------------------------------------------------
@@ -63,6 +63,11 @@ FETCH_DEADLINE_S = 2.0
 RETRY_S = 600.0  # a record whose PDS failed is not asked again for this long (per process)
 MAX_REMEMBERED = 10_000
 _failed: dict[str, float] = {}  # uri -> monotonic time it may be asked again (bounded)
+
+
+def fill_read(app, config: FeedsConfig, feed: Feed, target: Target | None, actor: str, admit=None) -> int:
+    """fill() for what a read shows: its target, or (None) every target of a mixed feed."""
+    return sum(fill(app, config, feed, t, actor, admit) for t in ([target] if target is not None else feed.shown))
 
 
 def fill(app, config: FeedsConfig, feed: Feed, target: Target, actor: str, admit=None) -> int:

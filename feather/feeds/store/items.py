@@ -90,7 +90,7 @@ def reposted_subjects() -> set[str]:
     return {row[0] for row in sql.rows(*reposted_subjects_sql())}
 
 
-def missing_reposted_sql(config: FeedsConfig, repost: Target, reposted_table: str, actor: str, limit: int):
+def missing_reposted_sql(repost: Target, reposted_table: str, actor: str, limit: int):
     """The reader's newest repost rows whose reposted record is not stored (nor known deleted)."""
     return (f"SELECT f.subject FROM feed_items f WHERE f.actor = ? AND f.collection = ?"
             f" AND f.subject IS NOT NULL"

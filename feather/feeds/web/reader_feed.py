@@ -53,8 +53,7 @@ def read(token: str, kind: str):
     did = found[0]
     app = current_app._get_current_object()
     target = None if feed.mixed else feed.shown[0]
-    for shown in ([target] if target is not None else feed.shown):
-        reposts.fill(app, config, feed, shown, did, admit=lambda: budget.try_spend(app, request.remote_addr))
+    reposts.fill_read(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     entries, _older, _top = timeline.read(app, config, feed, did, None, syndication.MAX_ENTRIES, target=target)
     page_url = url_for("timeline.page", feed=feed.name, _external=True)
     common = {"title": f"{feed.label} · Feather", "self_url": request.base_url, "page_url": page_url,

@@ -82,8 +82,7 @@ def _context() -> dict:
     app = current_app._get_current_object()
     # Signing in already started this; a page view only restarts one that failed and is due again.
     backfill.maybe_start(app, config, feed, did)
-    for shown in ([target] if target is not None else feed.shown):
-        reposts.fill(app, config, feed, shown, did, admit=lambda: budget.try_spend(app, request.remote_addr))
+    reposts.fill_read(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     limit = timeline.page_size(request.args.get("limit"))
     cursor = request.args.get("cursor") or None
     q, search_error = _query(), None
