@@ -45,6 +45,31 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in drop]
 
 
+def pytest_configure(config):
+    # The terminal's stderr, taken before any test's capture swaps it, for the hang watchdog below.
+    import sys
+
+    config._feather_stderr = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+
+
+HANG_SECS = 600  # twice pytest-timeout's 300 s: only a hang it cannot end reaches this
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The backstop for a hang pytest-timeout cannot end: one in C (a green psycopg2 connection
+    blocked on its mutex) runs neither its SIGALRM handler nor its timer thread, which gevent has
+    made green. faulthandler's watchdog is a real C thread: it prints every stack and ends the run,
+    so CI fails in minutes, naming the test, instead of running out its whole time."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(HANG_SECS, exit=True, file=item.config._feather_stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.fixture(scope="session")
 def _pg_template():
     """PostgreSQL only: one migrated database per session, copied for each test that builds an app."""
@@ -72,8 +97,7 @@ def database_url(request, tmp_path):
     def close_pool():
         from feather.db import db
 
-        if db.obj is not None and hasattr(db.obj, "close_all"):
-            db.obj.close_all()
+        _close_pool(db)
 
     with scratch_database(PG_URL, "feather_t", before_drop=close_pool, template=template) as url:
         yield url
@@ -106,18 +130,12 @@ def make_app(database_url, tmp_path):
 
     yield make
     _stop_backfills(made)
-    if db.obj is not None:
-        if hasattr(db.obj, "close_all"):
-            db.obj.close_all()
-        elif not db.obj.is_closed():
-            db.obj.close()
+    _close_pool(db)
 
 
 def _stop_backfills(apps) -> None:
     """A sign-in or a first read spawns a feed backfill greenlet that the test may not wait for.
-    Closing the pool under it deadlocked on PostgreSQL: a green psycopg2 connection holds its
-    mutex while its COMMIT waits in the hub, and close() from this greenlet blocks the whole
-    thread on that mutex, so the COMMIT never resumes. Let them finish (or end them) first."""
+    Let them finish (or end them) before the pool closes (see _close_pool)."""
     import gevent
 
     from feather.feeds.tasks import backfill
@@ -125,6 +143,30 @@ def _stop_backfills(apps) -> None:
     for app in apps:
         backfill.join_all(app, timeout=10)
         gevent.killall([g for g in app.extensions.get(backfill._GREENLETS, []) if not g.dead], timeout=5)
+
+
+def _close_pool(db, wait_secs: float = 10.0) -> None:
+    """Close every pooled connection, but only once none is mid-query. Any greenlet the test did
+    not wait for (a labels fetch, a reposted post's fetch) may be inside a query: its green
+    psycopg2 connection holds its mutex while the query waits in the hub, and closing it from here
+    would block the whole thread on that mutex, a hang neither pytest-timeout's signal nor its
+    green timer thread can end. Yielding to the hub until the pool has its connections back lets
+    those queries finish; a connection still held after that is idle, and closes safely."""
+    import time
+
+    import gevent
+
+    if db.obj is None:
+        return
+    if not hasattr(db.obj, "close_all"):
+        if not db.obj.is_closed():
+            db.obj.close()
+        return
+    db.obj.close()  # this greenlet's own connection back to the pool first
+    deadline = time.monotonic() + wait_secs
+    while db.obj._in_use and time.monotonic() < deadline:
+        gevent.sleep(0.02)
+    db.obj.close_all()
 
 
 @pytest.fixture
