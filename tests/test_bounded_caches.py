@@ -76,6 +76,8 @@ ALLOWED = {
     # constants
     "feather/atproto/crypto.py::_B58_INDEX": CONSTANT,
     "feather/feeds/read/labels.py::NAMES": CONSTANT,
+    "feather/feeds/read/apps.py::KINDS": CONSTANT,
+    "feather/feeds/read/apps.py::_RENDERERS": CONSTANT,
     "feather/feeds/read/refs.py::REFS": CONSTANT,
     "feather/feeds/web/reader_feed.py::KINDS": CONSTANT,
     "feather/atproto/crypto.py::_CURVES": CONSTANT,

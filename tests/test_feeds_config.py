@@ -8,11 +8,19 @@ from feather.feeds.config import FeedsConfigError, Queryable, load, parse
 from tests.fixtures.feeds.feedkit import feeds_app
 
 
-def test_the_built_in_default_is_following_and_following_posts_only():
+EVERYTHING = {"tangled_repo": "sh.tangled.repo", "tangled_star": "sh.tangled.feed.star",
+              "grain_gallery": "social.grain.gallery", "semble_card": "network.cosmik.card",
+              "semble_collection": "network.cosmik.collection", "leaflet_document": "pub.leaflet.document",
+              "sifa_position": "id.sifa.profile.position", "sifa_project": "id.sifa.profile.project",
+              "sifa_publication": "id.sifa.profile.publication"}
+
+
+def test_the_built_in_default_is_following_following_posts_only_and_everything():
     config = load("")
     assert {s: c.nsid for s, c in config.collections.items()} == {
         "follow": "app.bsky.graph.follow", "post": "app.bsky.feed.post", "repost": "app.bsky.feed.repost",
-        "profile": "app.bsky.actor.profile"}
+        "profile": "app.bsky.actor.profile", **EVERYTHING}
+    assert list(config.feeds) == ["timeline", "posts", "everything"]  # tests/test_feeds_everything.py: the third
     assert config.collections["repost"].reposts == "post"
     feed = config.feeds["timeline"]
     assert (feed.label, feed.follow, [t.short for t in feed.targets], feed.max_items) == (
@@ -23,8 +31,10 @@ def test_the_built_in_default_is_following_and_following_posts_only():
     posts = config.feeds["posts"]
     assert (posts.label, [t.short for t in posts.targets], posts.reposts_of(posts.targets[0])) == (
         "Following, posts only", ["post"], None)
-    assert config.target_caps() == {"app.bsky.feed.post": 200, "app.bsky.feed.repost": 200}
-    assert config.feed_mutating_nsids == {"app.bsky.graph.follow", "app.bsky.feed.post", "app.bsky.feed.repost"}
+    assert config.target_caps() == {"app.bsky.feed.post": 200, "app.bsky.feed.repost": 200,
+                                    **{nsid: 200 for nsid in EVERYTHING.values()}}
+    assert config.feed_mutating_nsids == {"app.bsky.graph.follow", "app.bsky.feed.post", "app.bsky.feed.repost",
+                                          *EVERYTHING.values()}
     assert config.reposted_nsids == {"app.bsky.feed.post"}
 
 

@@ -149,7 +149,7 @@ def test_several_feeds_get_a_selector_and_each_reads_its_own(make_app, tmp_path)
     join_backfills(app)
 
 
-GALLERY = "social.grain.gallery"
+GALLERY = "com.example.gallery"  # no renderer (read/apps.py): shown by its most text-like field
 MIXED = toml(extra=f"[collections.gallery]\ncollection = \"{GALLERY}\"\n"
                    "[feeds.mixed]\nfollow = \"follow\"\ntargets = [\"post\", \"gallery\"]")
 
@@ -165,10 +165,10 @@ def test_a_feed_with_two_targets_shows_each_by_its_own_link(make_app, tmp_path):
     page = client.get("/timeline?feed=mixed").text
     assert texts(page) == ["a post"]  # the first target by default, as getFeed answers
     assert ('<nav class="feed-picker" aria-label="Collections">\n  <a href="/timeline?feed=mixed" aria-current="page">'
-            'post</a><a href="/timeline?feed=mixed&amp;collection=gallery">gallery</a>') in page
+            'Bluesky posts</a><a href="/timeline?feed=mixed&amp;collection=gallery">gallery</a>') in page
     page = client.get("/timeline?feed=mixed&collection=gallery&limit=2").text
     assert texts(page) == ["gallery 2", "gallery 1"]
-    assert ('<a href="/timeline?feed=mixed&amp;limit=2">post</a><a href="/timeline?feed=mixed&amp;collection=gallery'
+    assert ('<a href="/timeline?feed=mixed&amp;limit=2">Bluesky posts</a><a href="/timeline?feed=mixed&amp;collection=gallery'
             '&amp;limit=2" aria-current="page">gallery</a>') in page
     older = older_link(page)
     assert "collection=gallery" in older and texts(client.get(older).text) == ["gallery 0"]

@@ -217,6 +217,15 @@ class PdsClient:
             seen.add(cursor)
         log.warning("listRecords %s %s stopped after %d pages", repo, collection, max_pages)
 
+    def collections(self, repo: str) -> list[str]:
+        """The NSIDs repo holds records in (describeRepo's `collections`): one call that tells
+        which of many collections are worth listing at all."""
+        data = self.call("GET", "com.atproto.repo.describeRepo", {"repo": repo})
+        found = data.get("collections") if isinstance(data, dict) else None
+        if not isinstance(found, list):
+            raise PdsError("describeRepo answered without a collections list")
+        return [c for c in found if isinstance(c, str)]
+
     def get_record(self, repo: str, collection: str, rkey: str, cid: str | None = None) -> dict:
         return self.call("GET", "com.atproto.repo.getRecord",
                          {"repo": repo, "collection": collection, "rkey": rkey, "cid": cid})

@@ -71,6 +71,31 @@ targets = ["post", "repost"]
 title = "Following, posts only"
 follow = "follow"
 targets = ["post"]
+# The other apps graph sync knows: each collection's lexicon and link are in docs/everything-lexicons.md.
+[collections.tangled_repo]
+collection = "sh.tangled.repo"
+[collections.tangled_star]
+collection = "sh.tangled.feed.star"
+[collections.grain_gallery]
+collection = "social.grain.gallery"
+[collections.semble_card]
+collection = "network.cosmik.card"
+[collections.semble_collection]
+collection = "network.cosmik.collection"
+[collections.leaflet_document]
+collection = "pub.leaflet.document"
+[collections.sifa_position]
+collection = "id.sifa.profile.position"
+[collections.sifa_project]
+collection = "id.sifa.profile.project"
+[collections.sifa_publication]
+collection = "id.sifa.profile.publication"
+[feeds.everything]
+title = "Everything"
+follow = "follow"
+mixed = true
+targets = ["post", "repost", "tangled_repo", "tangled_star", "grain_gallery", "semble_card",
+           "semble_collection", "leaflet_document", "sifa_position", "sifa_project", "sifa_publication"]
 """
 
 # Field paths end up inside SQL JSON paths, so only plain identifiers (dot-separated) pass.

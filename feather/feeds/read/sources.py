@@ -42,6 +42,10 @@ class FeedSources(Protocol):
     def get_record(self, did: str, collection: str, rkey: str) -> tuple[str | None, dict] | None:
         """(cid, record) or None when the record does not exist. Raises SourceError."""
 
+    def collections(self, did: str) -> frozenset[str]:
+        """The collections did's repo holds records in (optional: a source without it is asked
+        for every collection). Raises SourceError."""
+
     def verified_handle(self, did: str) -> str | None:
         """did's handle when it verifies both ways, else None. Raises SourceError when unreachable."""
 
@@ -115,6 +119,12 @@ class AtprotoSources:
             raise SourceError(f"{type(exc).__name__}: {exc}") from None
         value = data.get("value")
         return (data.get("cid"), value) if isinstance(value, dict) else None
+
+    def collections(self, did: str) -> frozenset[str]:
+        try:
+            return frozenset(self._pds(did).collections(did))
+        except LOOKUP_ERRORS as exc:
+            raise SourceError(f"{type(exc).__name__}: {exc}") from None
 
     def verified_handle(self, did: str):
         try:

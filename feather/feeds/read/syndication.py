@@ -51,7 +51,11 @@ def _content(e) -> str:
     if warn:  # masked: the label's name only, never the text or what it embeds
         parts.append(Markup("<p>Hidden by a content label: {}. Open the post to see it.</p>").format(warn))
         return str(Markup("").join(parts))
-    parts.append(Markup("<p>{}</p>").format(e.html))
+    if getattr(e, "app", None):  # another app's record: its card, as the page shows it
+        title = Markup('<a href="{}">{}</a>').format(e.url, e.title) if e.url else e.title
+        parts.append(Markup("<p>{} {}: {}</p>").format(e.app, e.kind, title))
+    if e.html:
+        parts.append(Markup("<p>{}</p>").format(e.html))
     for em in e.embeds:
         if em.href:
             parts.append(Markup('<p>{}: <a href="{}">{}</a></p>').format(em.label, em.href, em.text))
@@ -62,7 +66,12 @@ def _content(e) -> str:
 
 def _title(e) -> str:
     warn = getattr(e, "warn", None)
-    text = f"[{warn}]" if warn else " ".join(Markup(e.html).striptags().split())
+    if warn:
+        text = f"[{warn}]"
+    elif getattr(e, "app", None):
+        text = f"{e.app} {e.kind}: {e.title}"
+    else:
+        text = " ".join(Markup(e.html).striptags().split())
     if len(text) > TITLE_CHARS:
         text = text[:TITLE_CHARS - 1] + "…"
     lead = f"{e.reposted_by} reposted {_author(e)}" if e.reposted_by else _author(e)

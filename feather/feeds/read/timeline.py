@@ -14,7 +14,7 @@ from markupsafe import Markup
 from feather import sql
 from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.read import cursor as cursors
-from feather.feeds.read import hybrid, labels, query, render
+from feather.feeds.read import apps, hybrid, labels, query, render
 from feather.feeds.read.identities import hydrate, stored_handles
 from feather.feeds.store import records
 from feather.feeds.store.schema import subject_expr
@@ -44,6 +44,9 @@ class Entry:
     shown_iso: str = ""  # when it entered the timeline: its own time, or the repost's
     warn: str | None = None  # a label's name: the post is shown behind a "Show" control (read/labels.py)
     unchecked: bool = False  # a labeler has not answered for it yet: the page says so quietly
+    app: str | None = None  # another app's record (read/apps.py): its app's name, and below its card
+    kind: str | None = None  # what the record is there: "repository", "gallery"
+    title: str | None = None
 
 
 def page_size(raw: str | None) -> int:
@@ -78,23 +81,44 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
     names = context.names
     out = []
     verdicts = labels.page_verdicts(app, shown, values)  # moderation: hidden posts are left out
-    for r, value, parent, quote, verdict in zip(shown, values, context.parents, context.quotes, verdicts):
+    nsids = [r.get("collection") or collection.nsid for r in shown]
+    starred = _starred(config, nsids, values)
+    for r, nsid, value, parent, quote, verdict in zip(shown, nsids, values, context.parents, context.quotes,
+                                                      verdicts):
         if verdict.hide:
             continue
-        url = render.post_url(r["uri"])
+        card = apps.card(nsid, r["did"], r["rkey"], value, handle=handles.get(r["did"]), starred=starred)
+        url = card.href if card else render.post_url(r["uri"])
         text = value.get("text")
-        if not isinstance(text, str):  # other collections: their most text-like field
+        if card is not None:
+            text = card.description
+        elif not isinstance(text, str):  # a collection with no renderer: its most text-like field
             text = next((value[k] for k in ("title", "name", "description") if isinstance(value.get(k), str)), "")
         t = r["time_us"]
         out.append(Entry(r["uri"], r["did"], names.get(r["did"]), handles.get(r["did"]),
-                         render.rich_text(text, value.get("facets")), context.embeds(value, quote, url), url,
+                         render.rich_text(text, card.facets if card else value.get("facets")),
+                         [] if card else context.embeds(value, quote, url), url,
                          render.ago(t, now), render.exact(t), render.iso(t),
                          context.label(render.author_of(parent)) if parent else None, render.post_url(parent),
                          *_reposter(context, r.get("reason")), shown_iso=render.iso(_position(r)[0]),
-                         warn=verdict.warn_name, unchecked=verdict.unchecked))
+                         warn=verdict.warn_name, unchecked=verdict.unchecked,
+                         app=card.app if card else None, kind=card.kind if card else None,
+                         title=card.title if card else None))
     # The feed's keyset: a repost's row sits at the repost's time and URI, not the post's.
     top = cursors.encode(*_position(shown[0]), "time") if shown else None
     return out, page.get("cursor"), top
+
+
+def _starred(config: FeedsConfig, nsids: list[str], values: list[dict]) -> dict:
+    """{repository URI: its stored record} for the page's Tangled stars: a star names its
+    repository only by URI, and the card shows the name when Feather holds that record."""
+    subjects = [u for nsid, v in zip(nsids, values) if (u := apps.star_subject(nsid, v))]
+    repos = config.by_nsid(apps.TANGLED_REPO)
+    if not subjects or repos is None:
+        return {}
+    found = records.load_many(repos, subjects)
+    return {uri: value for uri, (_cid, raw, _t) in found.items()
+            if isinstance(value := records.parse_value(raw), dict)}
 
 
 def _position(record: dict) -> tuple[int, str]:

@@ -37,6 +37,9 @@ FETCH_CONCURRENCY = 4
 FETCH_TIMEOUT_S = 10.0
 MAX_ATTEMPTS = 5
 RETRY_BASE_US = 30_000_000
+# "Everything" lists a dozen collections, most of which a Bluesky account never writes: past this
+# many listings, one describeRepo says which collections the repo holds, and only those are listed.
+DESCRIBE_OVER = 2
 LIST_DEADLINE_S = 3.0  # Contrail's on-demand listRecords?actor= backfill deadline
 LIST_LIMIT = 100
 LIST_TTL_US = 300_000_000  # an author listed this recently is served from the store
@@ -71,8 +74,12 @@ def _fetch(sources, config: FeedsConfig, did: str) -> tuple[str, list | None, st
     try:
         with gevent.Timeout(FETCH_TIMEOUT_S, SourceError(f"fetch exceeded {FETCH_TIMEOUT_S:.0f}s")):
             deadline = time.monotonic() + FETCH_TIMEOUT_S
-            for c, n in plan(config):
-                if n:
+            wanted = plan(config)
+            held = _held(sources, did) if sum(1 for _c, n in wanted if n) > DESCRIBE_OVER else None
+            for c, n in wanted:
+                if held is not None and c.nsid not in held:
+                    got.append((c, []))  # the repo has none: nothing to list
+                elif n:
                     got.append((c, sources.list_recent(did, c.nsid, n, deadline)))
                 else:
                     found = sources.get_record(did, c.nsid, "self")
@@ -80,6 +87,12 @@ def _fetch(sources, config: FeedsConfig, did: str) -> tuple[str, list | None, st
     except SourceError as exc:
         return did, None, str(exc) or type(exc).__name__
     return did, got, None
+
+
+def _held(sources, did: str) -> frozenset[str] | None:
+    """The collections did's repo holds, or None when the source cannot say (list everything)."""
+    ask = getattr(sources, "collections", None)
+    return ask(did) if ask is not None else None
 
 
 def _store(c: Collection, did: str, items, now: int) -> int:

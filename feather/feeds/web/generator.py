@@ -56,7 +56,11 @@ def service_did(settings) -> str | None:
 
 
 def post_target(feed: Feed):
-    """The target a skeleton is made of: Bluesky can only show posts."""
+    """The target a skeleton is made of: Bluesky can only show posts. A mixed feed of other apps'
+    records too ("Everything") is not offered: in the Bluesky app it would be its posts alone,
+    the Following feed under another name."""
+    if feed.mixed and any(not t.nsid.startswith("app.bsky.") for t in feed.targets):
+        return None
     return next((t for t in feed.targets if t.nsid == POST), None)
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from flask import Blueprint, abort, current_app, render_template, request, url_for
 
 from feather.auth import current_account, login_required
-from feather.feeds.read import reposts, timeline
+from feather.feeds.read import apps, reposts, timeline
 from feather.feeds.tasks import backfill
 from feather.errors import ApiError
 from feather.feeds.web import budget, context
@@ -46,14 +46,16 @@ def _default(feed):
     return None if feed.mixed else feed.shown[0]
 
 
-def _picker(feed, keep) -> list[tuple[str, str]]:
-    """(name, url) of each choice of what the page shows: a mixed feed's "all" first, then each
-    target by short name; nothing when there is only one choice."""
-    choices = ([("all", None)] if feed.mixed else []) + [
-        (t.short, None if t is _default(feed) else t.short) for t in feed.shown]
+def _picker(feed, keep) -> list[tuple[str, str, str]]:
+    """(name, label, url) of each choice of what the page shows: a mixed feed's "all" first, then
+    each target, by its app's words where read/apps.py knows them ("Tangled repositories");
+    nothing when there is only one choice."""
+    choices = ([("all", "all", None)] if feed.mixed else []) + [
+        (t.short, apps.collection_label(t.nsid, t.short), None if t is _default(feed) else t.short)
+        for t in feed.shown]
     if len(choices) < 2:
         return []
-    return [(name, _url("timeline.page", **{**keep, "collection": value})) for name, value in choices]
+    return [(name, label, _url("timeline.page", **{**keep, "collection": value})) for name, label, value in choices]
 
 
 def _keep(config, feed, target) -> dict:
