@@ -61,15 +61,6 @@ def server(pds, tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture(params=[False, True], ids=["nojs", "js"])
-def page(server, browser, request):
-    context = browser.new_context(java_script_enabled=request.param, base_url=server.url)
-    page = context.new_page()
-    page.js = request.param
-    yield page
-    context.close()
-
-
 def shown(page) -> list[tuple[str | None, str | None, str]]:
     out = []
     for item in page.locator("ol.timeline li.post").all():

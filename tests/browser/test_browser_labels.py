@@ -54,15 +54,6 @@ def server(pds, labeler, tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture(params=[False, True], ids=["nojs", "js"])
-def page(server, browser, request):
-    context = browser.new_context(java_script_enabled=request.param, base_url=server.url)
-    page = context.new_page()
-    page.js = request.param
-    yield page
-    context.close()
-
-
 @pytest.mark.parametrize("width", [390, 1280])
 def test_masked_posts_show_their_label_until_show_is_clicked_and_hidden_ones_are_absent(page, server, pds, width):
     texts = server.texts

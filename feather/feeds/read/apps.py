@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, is_valid_record_key, parse_at_uri
+from feather.feeds.read.render import web_url
 
 TITLE_CHARS, DESCRIPTION_CHARS = 200, 500
 
@@ -135,22 +136,12 @@ def _grain_gallery(did, rkey, value, handle, starred):
                 f"https://grain.social/profile/{_seg(did)}/gallery/{quote(rkey, safe='')}", value.get("facets"))
 
 
-def _web(url: object) -> str | None:
-    if not isinstance(url, str) or len(url) > 3000:
-        return None
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError:
-        return None
-    return url.strip() if parts.scheme.lower() in ("http", "https") and parts.hostname else None
-
-
 def _semble_card(did, rkey, value, handle, starred):
     content = value.get("content") if isinstance(value.get("content"), dict) else {}
     if value.get("type") == "NOTE" or str(content.get("$type")).endswith("#noteContent"):
         note = _about(content.get("text"))
         return Card("Semble", "note", "a note", note, _semble_profile(handle))
-    url = _web(content.get("url")) or _web(value.get("url"))
+    url = web_url(content.get("url")) or web_url(value.get("url"))
     meta = content.get("metadata") if isinstance(content.get("metadata"), dict) else {}
     title = _title(meta.get("title")) or (urlsplit(url).hostname if url else "") or "a link"
     href = f"https://semble.so/url?id={quote(url, safe='')}" if url else None
