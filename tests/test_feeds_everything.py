@@ -194,3 +194,23 @@ def test_a_new_follows_other_app_records_are_listed_only_where_the_repo_has_them
     plain = FakeSources(repos={(B, GALLERY): grain})
     authors._fetch(plain, config, B)
     assert len([c for c in plain.calls if c[0] == "list"]) == 11
+
+
+def test_the_other_apps_rows_are_pruned_to_their_cap_like_posts(make_app, tmp_path):
+    """The built-in caps (200 per target) prune a gallery-heavy follow as they prune posts: the
+    newest 200 galleries stay, and the reader's posts are untouched."""
+    from feather.db import db
+    from feather.feeds.tasks import prune
+    from tests.fixtures.feeds.feedkit import rows
+
+    app = feeds_app(make_app, tmp_path, sources=FakeSources())
+    ingest(app, [follow(A, "f1", B)])
+    ingest(app, [create(B, GALLERY, f"3l2g{i:04d}", {"title": f"g{i}", "createdAt": iso(BASE_US + i)},
+                        time_us=BASE_US + i) for i in range(205)] + [post(B, "3l2p1", BASE_US + 1)])
+    caps = app.extensions["feeds"].target_caps()
+    with app.app_context(), db.connection_context():
+        assert prune.prune_actor(A, caps) == 5
+    kept = rows(app, "SELECT uri FROM feed_items WHERE actor = ? AND collection = ? ORDER BY time_us", (A, GALLERY))
+    assert (len(kept), kept[0][0]) == (200, f"at://{B}/{GALLERY}/3l2g0005")
+    assert rows(app, "SELECT count(*) FROM feed_items WHERE actor = ? AND collection = ?",
+                (A, "app.bsky.feed.post")) == [(1,)]
