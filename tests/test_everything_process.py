@@ -47,7 +47,7 @@ import requests
 from tests.support.pds import tid_now, xrpc
 from tests.support.process_world import (
     Acct, Person, app_password, assert_no_error_records, create_account, delete_record, follow_record, live_firehose,
-    stopped_after,
+    iso_ms, put_record, stopped_after,
 )
 from tests.support.process_world import ok as _ok
 from tests.support.process_world import wait_for as _wait
@@ -132,15 +132,8 @@ class Model:
         return {self.entry(u, POST, None)[0]: name for u, name in self.masked.items() if u in shown}
 
 
-def iso(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
 def put(pds, acct: Acct, collection: str, record: dict) -> tuple[str, str]:
-    rkey = tid_now()
-    body = _ok(xrpc(pds.pds_url, "POST", "com.atproto.repo.createRecord", token=acct.token,
-                    json={"repo": acct.did, "collection": collection, "rkey": rkey,
-                          "record": {"$type": collection, **record}}), f"createRecord {collection}")
+    body = put_record(pds, acct, collection, record)
     if collection not in (POST, REPOST):  # a lexicon the PDS does not know: stored, not validated
         assert body.get("validationStatus") == "unknown", body
     return body["uri"], body["cid"]
@@ -149,7 +142,7 @@ def put(pds, acct: Acct, collection: str, record: dict) -> tuple[str, str]:
 def write_post(pds, model: Model, acct: Acct, text: str, reply_to: str | None = None,
                self_label: str | None = None) -> str:
     ms = model.ms()
-    record: dict = {"text": text, "createdAt": iso(ms)}
+    record: dict = {"text": text, "createdAt": iso_ms(ms)}
     if self_label:
         record["labels"] = {"$type": "com.atproto.label.defs#selfLabels", "values": [{"val": self_label}]}
     if reply_to:
@@ -166,14 +159,14 @@ def write_post(pds, model: Model, acct: Acct, text: str, reply_to: str | None = 
 
 def write_repost(pds, model: Model, acct: Acct, post: str) -> str:
     ms = model.ms()
-    uri, _cid = put(pds, acct, REPOST, {"subject": {"uri": post, "cid": model.cids[post]}, "createdAt": iso(ms)})
+    uri, _cid = put(pds, acct, REPOST, {"subject": {"uri": post, "cid": model.cids[post]}, "createdAt": iso_ms(ms)})
     model.reposts[uri] = (acct.did, post, ms)
     return uri
 
 
 def write_app(pds, model: Model, acct: Acct, nsid: str, **fields) -> str:
     ms = model.ms()
-    record = {**fields, "createdAt": iso(ms)}
+    record = {**fields, "createdAt": iso_ms(ms)}
     uri, _cid = put(pds, acct, nsid, record)
     model.apps[uri] = (acct.did, nsid, ms, record)
     return uri

@@ -56,12 +56,15 @@ def apply_creates(pds, acct: Acct, items: list[tuple[str, str, dict]]) -> None:
                 json={"repo": acct.did, "writes": writes}), f"applyWrites {acct.name}")
 
 
+def put_record(pds, acct: Acct, collection: str, record: dict, rkey: str | None = None) -> dict:
+    """createRecord's answer ({uri, cid, validationStatus?, …}); the rkey a TID unless given."""
+    return ok(xrpc(pds.pds_url, "POST", "com.atproto.repo.createRecord", token=acct.token,
+                   json={"repo": acct.did, "collection": collection, "rkey": rkey or tid_now(),
+                         "record": {"$type": collection, **record}}), f"createRecord {collection}")
+
+
 def create_record(pds, acct: Acct, collection: str, record: dict, rkey: str | None = None) -> str:
-    rkey = rkey or tid_now()
-    ok(xrpc(pds.pds_url, "POST", "com.atproto.repo.createRecord", token=acct.token,
-            json={"repo": acct.did, "collection": collection, "rkey": rkey,
-                  "record": {"$type": collection, **record}}), f"createRecord {collection}")
-    return rkey
+    return put_record(pds, acct, collection, record, rkey)["uri"].rsplit("/", 1)[-1]
 
 
 def delete_record(pds, acct: Acct, collection: str, rkey: str) -> None:
@@ -73,6 +76,11 @@ def record_exists(pds, did: str, collection: str, rkey: str) -> bool:
     r = xrpc(pds.pds_url, "GET", "com.atproto.repo.getRecord",
              params={"repo": did, "collection": collection, "rkey": rkey})
     return r.status_code == 200
+
+
+def iso_ms(ms: int) -> str:
+    """A record timestamp for a time in milliseconds, as the apps write them."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
 def now_iso() -> str:
