@@ -51,9 +51,10 @@ def _content(e) -> str:
     if warn:  # masked: the label's name only, never the text or what it embeds
         parts.append(Markup("<p>Hidden by a content label: {}. Open the post to see it.</p>").format(warn))
         return str(Markup("").join(parts))
-    if getattr(e, "app", None):  # another app's record: its card, as the page shows it
-        title = Markup('<a href="{}">{}</a>').format(e.url, e.title) if e.url else e.title
-        parts.append(Markup("<p>{} {}: {}</p>").format(e.app, e.kind, title))
+    card = getattr(e, "card", None)
+    if card:  # another app's record: its card, as the page shows it
+        title = Markup('<a href="{}">{}</a>').format(e.url, card.title) if e.url else card.title
+        parts.append(Markup("<p>{} {}: {}</p>").format(card.app, card.kind, title))
     if e.html:
         parts.append(Markup("<p>{}</p>").format(e.html))
     for em in e.embeds:
@@ -68,8 +69,8 @@ def _title(e) -> str:
     warn = getattr(e, "warn", None)
     if warn:
         text = f"[{warn}]"
-    elif getattr(e, "app", None):
-        text = f"{e.app} {e.kind}: {e.title}"
+    elif getattr(e, "card", None):
+        text = f"{e.card.app} {e.card.kind}: {e.card.title}"
     else:
         text = " ".join(Markup(e.html).striptags().split())
     if len(text) > TITLE_CHARS:

@@ -44,9 +44,7 @@ class Entry:
     shown_iso: str = ""  # when it entered the timeline: its own time, or the repost's
     warn: str | None = None  # a label's name: the post is shown behind a "Show" control (read/labels.py)
     unchecked: bool = False  # a labeler has not answered for it yet: the page says so quietly
-    app: str | None = None  # another app's record (read/apps.py): its app's name, and below its card
-    kind: str | None = None  # what the record is there: "repository", "gallery"
-    title: str | None = None
+    card: apps.Card | None = None  # another app's record (read/apps.py): its app, kind, title and link
 
 
 def page_size(raw: str | None) -> int:
@@ -101,9 +99,7 @@ def read(app, config: FeedsConfig, feed: Feed, did: str, cursor: str | None, lim
                          render.ago(t, now), render.exact(t), render.iso(t),
                          context.label(render.author_of(parent)) if parent else None, render.post_url(parent),
                          *_reposter(context, r.get("reason")), shown_iso=render.iso(_position(r)[0]),
-                         warn=verdict.warn_name, unchecked=verdict.unchecked,
-                         app=card.app if card else None, kind=card.kind if card else None,
-                         title=card.title if card else None))
+                         warn=verdict.warn_name, unchecked=verdict.unchecked, card=card))
     # The feed's keyset: a repost's row sits at the repost's time and URI, not the post's.
     top = cursors.encode(*_position(shown[0]), "time") if shown else None
     return out, page.get("cursor"), top
