@@ -271,6 +271,8 @@ def traced_reads(path: Path, workdir: Path, actors: int, n: int, rng: random.Ran
         return conn
 
     database.close()  # every connection the reads use is made, and traced, from here on
+    if hasattr(database, "close_idle"):
+        database.close_idle()  # a pool would hand the reads a connection opened before the trace
     database._connect = traced_connect
     try:
         for _ in range(n):

@@ -26,6 +26,7 @@ from playhouse.pool import PooledPostgresqlDatabase
 from psycopg2 import extensions
 
 from feather.dialect import Dialect, dialect_for
+from feather.sqlite_pool import SqlitePool
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,8 @@ def make_database(url: str) -> peewee.Database:
         path.parent.mkdir(parents=True, exist_ok=True)
         if _create_private(path):
             _create_sqlite_file(path)
-        database = peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
+        # Pooled (sqlite_pool.py): the pragmas run once per connection, not once per request.
+        database = SqlitePool(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
         database.checkpointer = Checkpointer(str(path))
         return database
     parsed = urlparse(url)
@@ -278,7 +280,8 @@ _MANAGES_OWN_CONNECTION = {"health.health"}
 
 
 def init_app(app) -> None:
-    """Open a connection per request and hand it back afterwards (as the peewee docs advise)."""
+    """Take a connection per request and hand it back afterwards (as the peewee docs advise); a SQLite
+    file and PostgreSQL pool them, so this is a check-out and a check-in, not an open and a close."""
 
     @app.before_request
     def _connect():

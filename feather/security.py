@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from flask import g, request, session
 from flask.json.provider import DefaultJSONProvider
+from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFProtect
 from htmx_flask import Htmx
 from werkzeug.exceptions import BadRequest
@@ -30,6 +31,27 @@ class DepthLimitedJSON(DefaultJSONProvider):
         if not json_depth_ok(s):
             raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is refused.")
         return super().loads(s, **kwargs)
+
+
+class SessionCookies(SecureCookieSessionInterface):
+    """Flask's signed session cookie, with its signing serializer built once per key instead of
+    on every request (and itsdangerous then serializing a test value to learn its kind): that was
+    a fifth of what a request cost the app before its view ran (bench/getfeed.py, issue 36)."""
+
+    _built: tuple | None = None
+
+    def get_signing_serializer(self, app):
+        keys = (app.secret_key, tuple(app.config.get("SECRET_KEY_FALLBACKS") or ()))
+        built = self._built
+        if built is None or built[0] != keys:  # a changed key (a test's app, a rotation) builds anew
+            built = self._built = (keys, super().get_signing_serializer(app))
+        return built[1]
+
+
+# What every response carries unless its view set the header itself.
+STATIC_HEADERS = (("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
+                  ("Referrer-Policy", "same-origin"), ("X-Frame-Options", "DENY"))
+HSTS = ("Strict-Transport-Security", "max-age=31536000")
 
 
 def _private_when_signed_in(response) -> None:
@@ -64,16 +86,19 @@ def init_app(app) -> None:
     Htmx(app)
     hsts = app.config["FEATHER"].is_production
 
+    app.session_interface = SessionCookies()
+    # Production is https only (FEATHERREADER_PUBLIC_URL, secure cookies): tell browsers never to
+    # try plain http, where the first request could be rewritten on the way.
+    always = STATIC_HEADERS + ((HSTS,) if hsts else ())
+
     @app.after_request
     def _headers(response):
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        response.headers.setdefault("X-Frame-Options", "DENY")
+        headers = response.headers
+        # One pass over the few headers the view set, not a case-folding search per default.
+        present = {name.lower() for name, _ in headers.items()}
+        for name, value in always:
+            if name.lower() not in present:
+                headers.add(name, value)
         _private_when_signed_in(response)
         _no_public_cache_for_personal(response)
-        if hsts:
-            # Production is https only (FEATHERREADER_PUBLIC_URL, secure cookies): tell browsers never
-            # to try plain http, where the first request could be rewritten on the way.
-            response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
         return response

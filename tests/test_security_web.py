@@ -198,3 +198,33 @@ def test_a_same_for_everyone_page_that_sets_a_cookie_is_not_public(make_app):
     assert client.get("/test-same").headers["Cache-Control"] == "public, max-age=300"
     r = client.get("/test-same?cookie=1")
     assert (r.headers["Cache-Control"], r.headers["Set-Cookie"].split(";")[0]) == ("private, no-store", "seen=1")
+
+
+def test_the_session_cookie_follows_a_changed_secret_key_and_its_fallbacks(signed_in):
+    """security.SessionCookies builds the signing serializer once per key: a cookie signed under a
+    key the app no longer has is nobody's session, and one under a listed fallback still is."""
+    app, client = signed_in
+    assert client.get("/api/session").json["did"] == ALICE
+    cookie, old = client.get_cookie("session").value, app.secret_key
+    app.secret_key = "another secret key, rotated" * 2
+    assert client.get("/api/session").json["signedIn"] is False  # signed with the old key only
+    app.config["SECRET_KEY_FALLBACKS"] = [old]
+    client.set_cookie("session", cookie)  # the answer above replaced it (a new CSRF token)
+    assert client.get("/api/session").json["did"] == ALICE
+
+
+def test_a_header_the_view_set_is_kept_and_the_defaults_are_added_once(make_app):
+    from flask import make_response
+
+    app = make_app()
+
+    @app.route("/framed-test")
+    def framed():
+        response = make_response("ok")
+        response.headers["x-frame-options"] = "SAMEORIGIN"  # any case: HTTP header names are not
+        return response
+
+    headers = app.test_client().get("/framed-test").headers
+    assert headers.getlist("X-Frame-Options") == ["SAMEORIGIN"]
+    assert headers.getlist("X-Content-Type-Options") == ["nosniff"]
+    assert headers.getlist("Referrer-Policy") == ["same-origin"]

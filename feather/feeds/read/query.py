@@ -149,14 +149,20 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
                 beyond = "<" if direction == "desc" else ">"
                 where.append(f"({expr} {beyond} ? OR ({expr} = ? AND {tie}) OR {expr} IS NULL)")
                 values += [cur.v, cur.v, cur.t, cur.t, cur.u]
-    statement = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
-           + (f", {matching[2]}" if matching else f", {_field_expr(sort_field)}" if sort_field else "")
-           + (", r.time_us AS record_time_us" if source.reposts else "")
-           + (", r.collection AS record_collection" if source.mixed else "")
-           + f" {source.from_sql}" + (f" {matching[0]}" if matching else "")
-           + (f" WHERE {' AND '.join(where)}" if where else "")
-           + f" ORDER BY {order_by} LIMIT ?")
-    rows = sql.rows(statement, source.from_params + (matching[1] if matching else []) + values + [limit])
+    select = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, {t}, {u}"
+              + (f", {matching[2]}" if matching else f", {_field_expr(sort_field)}" if sort_field else "")
+              + (", r.time_us AS record_time_us" if source.reposts else "")
+              + (", r.collection AS record_collection" if source.mixed else "")
+              + f" {source.from_sql}" + (f" {matching[0]}" if matching else ""))
+    arms = _arms(source, where, values) if not matching and sort_field is None else None
+    if arms is not None:
+        statement = " UNION ALL ".join(f"{select} WHERE {' AND '.join(w)}" for w, _ in arms) + \
+            " ORDER BY 6 DESC, 7 ASC LIMIT ?"  # {t}, {u}: the compound's order is by position
+        bound = [p for _, v in arms for p in source.from_params + v] + [limit]
+    else:
+        statement = select + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {order_by} LIMIT ?"
+        bound = source.from_params + (matching[1] if matching else []) + values + [limit]
+    rows = sql.rows(statement, bound)
     out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
     if source.mixed:  # the last column, after the repost's
         for record, row in zip(out["records"], rows):
@@ -169,6 +175,30 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
         valued = sort_field is not None or matching is not None
         out["cursor"] = cursors.encode(last[5], last[6], kind, last[7] if valued else None, with_v=valued)
     return out
+
+
+def _arms(source: Source, where: list[str], values: list) -> list[tuple[list[str], list]] | None:
+    """A time-ordered read of feed_items over several collections (posts and the reposts beside
+    them), split into one arm per collection: [(where, values)] each, or None to run it whole.
+
+    feed_items' key is (actor, collection, time_us DESC, uri), so `f.collection IN (…)` is one
+    key range per collection and no index yields their union in page order: SQLite read every row
+    the reader has of them (up to the caps), probed each one's repost rules and record, and sorted
+    them all for one page (a temporary B-tree). Each arm is in key order, and the compound's ORDER
+    BY merges them (SQLite's MERGE, PostgreSQL's Merge Append), so the read stops after `limit`
+    rows. The same rows either way: every row has one collection, so it is in exactly one arm. Not
+    for a source that brings its own subquery (a mixed feed's union of tables, hybrid's): each arm
+    would run it again."""
+    if source.from_params or (source.t, source.u) != ("f.time_us", "f.uri"):
+        return None
+    for i, clause in enumerate(where):
+        n = clause.count("?")
+        if n < 2 or clause != f"f.collection IN ({', '.join('?' * n)})":
+            continue
+        at = sum(w.count("?") for w in where[:i])  # this clause's values among the bound ones
+        return [(where[:i] + ["f.collection = ?"] + where[i + 1:], values[:at] + [value] + values[at + n:])
+                for value in values[at:at + n]]
+    return None
 
 
 def _search(c: Collection, params: Mapping[str, str], source: Source) -> tuple[str, list, str] | None:
