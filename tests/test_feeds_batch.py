@@ -147,10 +147,11 @@ def test_a_batch_runs_the_same_statements_whatever_its_size(app):
     small = _statements(app, _independent_batch(20, 0))
     large = _statements(app, _independent_batch(500, 100_000))
     # Per collection (post, follow): the stored records and the tombstones read, one upsert; per
-    # feed (timeline, recent): one backfill and one fan-out, plus the hybrid feed's heavy-author
-    # probe; one time resync for the new posts (a feed row may outlive its trimmed record).
-    # Nothing per event.
-    assert small == large == 2 * 3 + 2 * 2 + 1 + 1
+    # follow collection and target: one backfill and one fan-out, whichever feeds share them
+    # (timeline and recent both show the follows' posts, in one set of rows), plus the hybrid
+    # feed's heavy-author probe; one time resync for the new posts (a feed row may outlive its
+    # trimmed record). Nothing per event, nor per feed.
+    assert small == large == 2 * 3 + 2 + 1 + 1
 
 
 def test_a_follow_and_a_post_by_its_subject_in_one_batch_keep_stream_order(app):

@@ -19,7 +19,7 @@ never meet a follow change of the same author; plan.py sends those to the ordere
   so an existing row is only recognised at its record's current time);
 - a follow's backfill reads its subject's records, which no grouped step of this batch changes;
 - an unfollow removes the subject's rows only when no follow of the pair remains after the
-  steps (store/items.py unfollow_clause); a pair's follows never grow again after one was dropped
+  steps (store/items.py unfollows_sql); a pair's follows never grow again after one was dropped
   within one call (plan.py cuts there), so that is when the last of its unfollows left none.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from feather import sql
 from feather.db import current_dialect
-from feather.feeds.config import Feed, FeedsConfig
+from feather.feeds.config import Feed, FeedsConfig, Target
 from feather.feeds.ingest.fanout import unfollow_triples
 from feather.feeds.ingest.plan import Step
 from feather.feeds.store import heavy_authors, items, records
@@ -130,23 +130,53 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
     for chunk in _chunked(sorted(net.removed), 1):
         sql.execute(*items.remove_targets_sql(chunk))
     # After the records writes: the remaining-follow check sees the follows these steps left.
-    width = 4 + 2 * max(map(len, items.justifying_tables(config).values()))
-    for chunk in _chunked(unfollow_triples(config, net.unfollows), width):
-        sql.execute(*items.unfollow_sql(config, chunk))
+    # One statement per set of justifying follow tables (one set, with the built-in feeds).
+    justifying = items.justifying_tables(config)
+    by_tables: dict[tuple[str, ...], list] = {}
+    for triple in unfollow_triples(config, net.unfollows):
+        by_tables.setdefault(tuple(sorted(justifying[triple[2]])), []).append(triple)
+    for tables, triples in sorted(by_tables.items()):
+        for chunk in _chunked(triples, 5):
+            sql.execute(*items.unfollows_sql(tables, chunk))
     for chunk in _chunked(sorted(net.resync.items()), 2):
         sql.execute(*items.resync_sql(chunk))
+    # Feeds on one follow collection write one set of rows (feed_items has no feed column), so
+    # each (follow collection, target) is backfilled and fanned out once, not once per feed: with
+    # the built-in feeds that was three fan-outs of every post and fourteen backfills a run.
+    # Neither meets the other's rows: a run's backfilled subjects never post in it (plan.py).
+    for follow, parts in backfill_targets(config).items():
+        pairs = sorted(net.follows.get(config.collections[follow].nsid, ()))
+        for chunk in _chunked(pairs, 2 + 2 * len(parts)):  # + each target's nsid and limit
+            sql.execute(*items.backfills_sql(config, parts, chunk))
+    fanned: dict[str, tuple[Feed, set]] = {}  # follow collection -> (a feed on it, the rows)
     for feed in config.feeds.values():
-        pairs = sorted(net.follows.get(config.collections[feed.follow].nsid, ()))
-        for i in range(len(feed.targets)):
-            for chunk in _chunked(pairs, 3):  # + nsid and limit
-                sql.execute(*items.backfill_sql(config, feed, i, chunk))
-        _fan_out(config, feed, net, now)
+        fanned.setdefault(feed.follow, (feed, set()))[1].update(_fan_out_rows(config, feed, net, now))
+    for feed, rows in fanned.values():
+        for chunk in _chunked(sorted(rows), 5):
+            sql.execute(*items.fan_out_sql(config, feed, chunk))
 
 
-def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
+def backfill_targets(config: FeedsConfig) -> dict[str, list[tuple[Target, int]]]:
+    """Follow collection -> (target, how many records) once per target of its feeds.
+
+    Every feed backfills a subject's newest records in one order (time, then uri), so the feed
+    backfilling most of a target covers what the others would add: the union of what each
+    feed's backfill wrote."""
+    best: dict[str, dict[str, tuple[Target, int]]] = {}
+    for feed in config.feeds.values():
+        for target in feed.targets:
+            n = min(feed.follow_backfill, target.cap)
+            known = best.setdefault(feed.follow, {})
+            if target.nsid not in known or n > known[target.nsid][1]:
+                known[target.nsid] = (target, n)
+    return {follow: [known[nsid] for nsid in sorted(known)] for follow, known in best.items()}
+
+
+def _fan_out_rows(config: FeedsConfig, feed: Feed, net: Net, now: int) -> list[tuple]:
+    """The feed's fan-out rows (uri, nsid, time_us, author, subject); marks its heavy authors."""
     nsids = {t.nsid for t in feed.targets}
     rows = [(uri, nsid, time_us, author, subject) for uri, (nsid, author, time_us, subject)
-            in sorted(net.targets.items()) if nsid in nsids]
+            in net.targets.items() if nsid in nsids]
     writers = sorted({author for nsid, author in net.writers if nsid in nsids})
     if feed.fanout_max_followers is not None and writers:
         # Every write probes, as it would alone: a post deleted later in the batch still marks
@@ -159,5 +189,4 @@ def _fan_out(config: FeedsConfig, feed: Feed, net: Net, now: int) -> None:
             # Hybrid: readers merge these authors' posts from the records store instead.
             sql.execute(*heavy_authors.mark_heavy_sql(feed, sorted(heavy), now))
             rows = [row for row in rows if row[3] not in heavy]
-    for chunk in _chunked(rows, 5):
-        sql.execute(*items.fan_out_sql(config, feed, chunk))
+    return rows

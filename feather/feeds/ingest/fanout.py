@@ -1,8 +1,8 @@
 """Which timelines an unfollow reaches: the (follower, subject, target) triples whose rows may go.
 
-The statements themselves belong to feed_items' owner (store/items.py): the unfollow delete
-batch.write runs ORs one of its unfollow_clause per triple here, and that clause keeps whatever
-another follow still justifies (items.justifying_tables). The per-event reference the batch is
+The statements themselves belong to feed_items' owner (store/items.py): batch.write deletes the
+rows of the triples here with items.unfollows_sql, which keeps whatever another follow still
+justifies (items.justifying_tables). The per-event reference the batch is
 checked against lives with the tests (tests/fixtures/feeds/oracle.py).
 """
 from __future__ import annotations

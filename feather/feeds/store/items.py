@@ -111,30 +111,56 @@ def fan_out_sql(config: FeedsConfig, feed: Feed, rows: list[tuple]):
             f" WHERE {subject_expr('r')} = t.author ON CONFLICT DO NOTHING", [v for row in rows for v in row])
 
 
-def backfill_sql(config: FeedsConfig, feed: Feed, target_index: int, pairs: list[tuple[str, str]]):
-    """Each (follower, subject): the subject's newest `followBackfill` records of this target
-    (never more than its cap), newest first with the uri tie-break, as follow_backfill_sql
-    does for one pair."""
+def backfills_sql(config: FeedsConfig, parts: list[tuple[Target, int]], pairs: list[tuple[str, str]]):
+    """Each (follower, subject), for each (target, n): the subject's newest n records of that
+    target (newest first with the uri tie-break, as follow_backfill_sql does for one pair), one
+    arm each of one INSERT over one VALUES table of the pairs.
+
+    One statement instead of one per target: "Everything" alone has eleven targets, most with no
+    records, and on PostgreSQL each statement is a round trip and a plan (about 1 ms a
+    statement, 13 s of a 60 s full-index run). Each arm is a bounded newest-per-row read
+    (tests/test_feeds_explain.py)."""
     d = current_dialect()
-    target = feed.targets[target_index]
-    table = config.collections[target.short].table
-    n = min(feed.follow_backfill, target.cap)
-    join = d.newest_per_row(table, "r", "r_n.did = v.subject", "r_n.time_us DESC, r_n.uri ASC")
+    arms, params = [], []
+    for target, n in parts:
+        table = config.collections[target.short].table
+        join = d.newest_per_row(table, "r", "r_n.did = v.subject", "r_n.time_us DESC, r_n.uri ASC")
+        arms.append(f"SELECT v.actor, r.uri, ?, r.time_us, {subject_sql(target, 'r')} FROM v {join} WHERE true")
+        params += [target.nsid, n]
     return (f"{d.values_cte('v', ('actor', 'subject'), len(pairs))}"
-            f" INSERT INTO feed_items (actor, uri, collection, time_us, subject)"
-            f" SELECT v.actor, r.uri, ?, r.time_us, {subject_sql(target, 'r')} FROM v {join}"
-            f" WHERE true ON CONFLICT DO NOTHING",
-            [*(v for pair in pairs for v in pair), target.nsid, n])
+            f" INSERT INTO feed_items (actor, uri, collection, time_us, subject) {' UNION ALL '.join(arms)}"
+            f" ON CONFLICT DO NOTHING", [*(v for pair in pairs for v in pair), *params])
 
 
 def unfollow_sql(config: FeedsConfig, triples: list[tuple[str, str, str]]):
-    """(follower, subject, target nsid): one key prefix each (unfollow_clause)."""
+    """(follower, subject, target nsid): one key prefix each (unfollow_clause). The per-event
+    reference (tests/fixtures/feeds/oracle.py) runs it one triple at a time; a batch runs
+    unfollows_sql, which the property tests hold to the same rows."""
     clauses, params = [], []
     for triple in triples:
         clause, values = unfollow_clause(config, *triple)
         clauses.append(f"({clause})")
         params += values
     return f"DELETE FROM feed_items WHERE {' OR '.join(clauses)}", params
+
+
+def unfollows_sql(tables: tuple[str, ...], triples: list[tuple[str, str, str]]):
+    """unfollow_sql's rows for many (follower, subject, target nsid) of targets that `tables`
+    justify (justifying_tables), as one VALUES table joined to the key prefix (actor,
+    collection) with the uri range among those rows, and the same remaining-follow probes.
+
+    The same rows as ORing one unfollow_clause per triple (tests/test_feeds_batch.py applies both),
+    with one plan for any number of them: PostgreSQL planned each OR'd clause and its probes
+    separately, 5 ms for a batch's 33 (three unfollows of "Everything"'s eleven targets), more
+    than it then took to run."""
+    d = current_dialect()
+    keep = "".join(f" AND NOT EXISTS (SELECT 1 FROM {t} r WHERE {subject_expr('r')} = v.subject AND r.did = v.actor)"
+                   for t in tables)
+    rows = [(follower, nsid, *unfollow_range(subject, nsid), subject) for follower, subject, nsid in triples]
+    return (f"{d.values_cte('v', ('actor', 'collection', 'lo', 'hi', 'subject'), len(rows))}"
+            f" DELETE FROM feed_items WHERE (uri, actor) IN (SELECT f.uri, f.actor FROM v JOIN feed_items f"
+            f" ON f.actor = v.actor AND f.collection = v.collection AND f.uri >= v.lo AND f.uri < v.hi"
+            f" WHERE true{keep})", [x for row in rows for x in row])
 
 
 def remove_targets_sql(uris: list[str]):
