@@ -126,7 +126,9 @@ def run(log: list, serve: str, workdir: str, toml: str = DEFAULT_TOML, name: str
     app = create_app({"DATABASE_URL": f"sqlite:///{path}", "FEATHERREADER_ENV": "test", "FEATHERREADER_DATA_DIR": workdir,
                       "FEATHERREADER_LOG_LEVEL": "WARNING", "FEATHERREADER_CONFIG": str(cfg), "FEED_SERVE": serve})
     upgrade(db.obj)
-    (sub,) = [s for s in merge(features.subscriptions(app.config["FEATHER"])) if s.name == "global"]
+    # The stream that carries the feeds from every DID (`feeds` while narrow subscriptions may take turns).
+    (sub,) = [s for s in merge(features.subscriptions(app.config["FEATHER"]))
+              if s.dids is None and any(h.feature == "feeds" for h in s.handlers)]
     with app.app_context(), db.connection_context():
         schema.ensure(app.extensions["feeds"])
         empty = store.db_size_bytes()

@@ -78,7 +78,9 @@ def child(url: str, n: int, first_us: int, last_us: int, workdir: str, mode: str
         config = Path(workdir) / "served.toml"
         actors = ", ".join(f'"{a}"' for a in json.loads((Path(workdir) / "served.json").read_text()))
         config.write_text(f"actors = [{actors}]\n" + DEFAULT_TOML)
-        overrides.update(FEED_SERVE="signed-in", FEATHERREADER_CONFIG=str(config))
+        # The whole stream, as an instance past FEED_NARROW_MAX_DIDS receives it (bench/narrow.py
+        # measures the DID-filtered subscriptions of a small one).
+        overrides.update(FEED_SERVE="signed-in", FEATHERREADER_CONFIG=str(config), FEED_NARROW_MAX_DIDS="0")
     app = create_app(overrides)
     migrate(app)  # as every process starts: the migrations, then each feature's ensure_schema
     settings = app.config["FEATHER"]

@@ -20,6 +20,8 @@ BENCHES = [
     ("ingest", [sys.executable, "bench/ingest.py", "--events", "100000"]),
     ("service", [sys.executable, "bench/service.py", "--events", "100000"]),
     ("admission", [sys.executable, "bench/admission.py", "--events", "1000000"]),
+    ("narrow", [sys.executable, "bench/narrow.py"]),
+    ("scale", [sys.executable, "bench/scale.py"]),
     ("fanout", [sys.executable, "bench/fanout.py"]),
     ("getfeed", [sys.executable, "bench/getfeed.py"]),
     ("load", [sys.executable, "bench/load.py"]),
@@ -32,7 +34,9 @@ if os.environ.get("DATABASE_URL", "").startswith("postgres"):  # on scratch data
                                      "--postgres", os.environ["DATABASE_URL"]]))
     BENCHES.insert(3, ("service-pg", [sys.executable, "bench/service.py", "--events", "100000",
                                       "--postgres", os.environ["DATABASE_URL"]]))
-    BENCHES.insert(8, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
+    BENCHES.insert(BENCHES.index(next(b for b in BENCHES if b[0] == "scale")) + 1,
+                   ("scale-pg", [sys.executable, "bench/scale.py", "--postgres", os.environ["DATABASE_URL"]]))
+    BENCHES.insert(11, ("load-pg", [sys.executable, "bench/load.py", "--split", "--postgres", os.environ["DATABASE_URL"],
                                    "--web-procs", "2", "--worker-procs", "2"]))
 
 
@@ -45,7 +49,7 @@ def main() -> int:
         took = time.time() - started
         figures += collect(proc.stdout)
         lines = [line.strip() for line in proc.stdout.splitlines() if not line.startswith(PREFIX)
-                 and any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s",
+                 and any(word in line for word in ("ratio", "5xx", "RSS", "passed", "failed", "×", "events/s", "narrow/whole",
                                                    "skipped", "DIFFER", "ERROR"))]
         if proc.returncode != 0:
             failed += 1

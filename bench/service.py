@@ -56,6 +56,8 @@ def run_service(js_url: str, workdir: Path, first_us: int, last_us: int, mode: s
                    FEATHERREADER_ALLOW_PRIVATE_NETWORK="1", FEATHERREADER_NETWORK_INDEX="1",
                    FEATHERREADER_NETWORK_PAGE="1", FEATHERREADER_LOG_LEVEL="WARNING",
                    FEATHERREADER_CONFIG=str(config), FEED_SERVE=mode,
+                   # The whole stream (an instance past the narrow limit; bench/narrow.py measures below it).
+                   FEED_NARROW_MAX_DIDS="0",
                    # Offline: the probe and identity lookups would only wait on the network.
                    FEATHERREADER_RELAY_HOSTS="http://127.0.0.1:9/", FEATHERREADER_PLC_URL="http://127.0.0.1:9",
                    FEATHERREADER_ADOPTION_INTERVAL_SECS="0")

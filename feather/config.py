@@ -100,6 +100,11 @@ SETTINGS: tuple[Setting, ...] = (
             "are stored."),
     Setting("FEED_SERVE_MAX_ACTORS", whole(1), "1000",
             "With FEED_SERVE=readers: most actors served; a new reader past it is refused (503)."),
+    Setting("FEED_NARROW_MAX_DIDS", whole(0, 100_000), "30000",
+            "With FEED_SERVE signed-in or readers: while the served actors, whom they follow and the authors "
+            "of what they repost number at most this many DIDs, the feeds' collections come on DID-filtered "
+            "streams (`feeds:0` … `feeds:N`, N = this / 10,000; Jetstream's `wantedDids`) instead of the whole "
+            "network's `global` stream. 0: always the whole stream."),
     Setting("FEED_SERVICE_AUTH", flag, "0",
             "1: getFeed requires an atproto service-auth JWT whose issuer is the `actor` "
             "(aud = FEATHERREADER_FEED_SERVICE_DID, lxm = the getFeed method)."),

@@ -54,6 +54,11 @@ ALLOWED = {
         "replaced wholesale from the database: whom the served actors follow",
     "feather/feeds/ingest/admission.py::Admission.reposted":
         "replaced wholesale from the database: the records reposted into served timelines (bounded by their caps)",
+    "feather/feeds/ingest/admission.py::Admission.recent":
+        "pruned to the last RECENT_SECS at every rebuild (every REBUILD_SECS at the latest): what admit added lately",
+    "feather/feeds/ingest/admission.py::Admission.pending":
+        "emptied at every rebuild and probe: the unfollows of the last few seconds' batches",
+    "feather/feeds/ingest/narrow.py::Narrowing.rewinds": "keyed by shard number: at most FEED_NARROW_MAX_DIDS / 10,000 + 1",
     # short-lived: one per batch, request or verdict
     "feather/sync/handler.py::_Sets._cache": "one per batch: at most the batch's authors",
     "feather/feeds/ingest/batch.py::Net.upserts": "one per batch: at most the batch's records",

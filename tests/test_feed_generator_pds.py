@@ -3,6 +3,8 @@ their repo, a viewer's PDS-minted service-auth token reads the viewer's own time
 tokens (wrong aud, wrong lxm, expired, another account's key) are refused."""
 from __future__ import annotations
 
+from tests.fixtures.feeds.feedkit import settled_us
+
 import base64
 import json
 import time
@@ -97,7 +99,7 @@ def test_publish_then_read_as_a_viewer_then_unpublish(app, pds):
     sign_in(app.test_client(), pds, "bob")
     join_backfills(app)  # bob's follows listed from his PDS
     with app.app_context(), db.connection_context():
-        while authors.fetch_tick(app, app.extensions["feeds"]):  # whom he follows: newest posts fetched
+        while authors.fetch_tick(app, app.extensions["feeds"], now_us=settled_us()):  # whom he follows: newest posts fetched
             pass
     r = skeleton(app, service_token(pds, "bob"), feed_uri)
     assert r.status_code == 200, r.text

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from feather.db import db
-from tests.fixtures.feeds.feedkit import feeds_app, rows, toml
+from tests.fixtures.feeds.feedkit import feeds_app, feeds_subscription, rows, settled_us, toml
 from tests.support.pds import create_session, tid_now, xrpc
 
 pytestmark = pytest.mark.pds
@@ -48,10 +48,8 @@ def _app(make_app, tmp_path, pds, serve, actors=()):
 
 
 def test_a_new_follow_admits_the_author_and_backfills_their_posts_from_the_pds(make_app, tmp_path, pds_jetstream):
-    from feather import features
     from feather.feeds.tasks import authors
     from feather.jetstream.events import decode
-    from feather.jetstream.subscriptions import merge
 
     pds, js = pds_jetstream
     alice, bob, carol = (pds.accounts[n] for n in ("alice", "bob", "carol"))
@@ -67,14 +65,14 @@ def test_a_new_follow_admits_the_author_and_backfills_their_posts_from_the_pds(m
                                                             "createdAt": "2026-11-30T00:02:00.000Z"})
 
     app = _app(make_app, tmp_path, pds, "signed-in", actors=[alice.did])
-    (sub,) = [s for s in merge(features.subscriptions(app.config["FEATHER"])) if s.name == "global"]
+    sub = feeds_subscription(app.config["FEATHER"])
     events = [decode(_frame(js, alice.did, FOLLOW, rkey, since)),
               decode(_frame(js, carol.did, POST, unrelated["uri"].rsplit("/", 1)[-1], since))]
     with app.app_context(), db.connection_context(), db.atomic():
         sub.handlers[0].apply_batch(events)
     assert rows(app, "SELECT did FROM feed_records_post") == []  # carol's post never stored
     with app.app_context(), db.connection_context():
-        assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
+        assert authors.fetch_tick(app, app.extensions["feeds"], now_us=settled_us()) == 1
     assert rows(app, "SELECT uri FROM feed_items WHERE actor = ? ORDER BY time_us DESC", (alice.did,)) == [
         (m["uri"],) for m in reversed(made)]
     assert rows(app, "SELECT DISTINCT did FROM feed_records_post") == [(bob.did,)]

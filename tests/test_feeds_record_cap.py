@@ -2,6 +2,8 @@
 author's PDS, from a listing. A record past it is neither stored nor fanned out."""
 from __future__ import annotations
 
+from tests.fixtures.feeds.feedkit import settled_us
+
 from feather.db import db
 from feather.feeds.store import records
 from tests.fixtures.feeds.feedkit import BASE_US, FakeSources, feed_uris, feeds_app, follow, ingest, post, rows, toml
@@ -55,5 +57,5 @@ def test_a_followed_authors_fetched_records_past_the_cap_are_not_stored(make_app
     with app.app_context(), db.connection_context():
         with db.atomic():
             fetches.request([C])
-        assert authors.fetch_tick(app, app.extensions["feeds"]) == 1
+        assert authors.fetch_tick(app, app.extensions["feeds"], now_us=settled_us()) == 1
     assert rows(app, "SELECT rkey FROM feed_records_post") == [("small",)]

@@ -49,7 +49,7 @@ def test_an_insert_that_skipped_the_time_resync_adds_no_second_row(app, path):
             "fan-out": lambda: oracle.target_insert_sql(config, feed, POST, C, URI, stale),
             "batch fan-out": lambda: items.fan_out_sql(config, feed, [(URI, POST, stale, C, None)]),
             "follow backfill": lambda: items.follow_backfill_sql(config, feed, 0, A, C),
-            "batch backfill": lambda: items.backfill_sql(config, feed, 0, [(A, C)]),
+            "batch backfill": lambda: items.backfills_sql(config, [(feed.targets[0], feed.follow_backfill)], [(A, C)]),
         }[path]()
         _inserted(statement)  # (SQLite counts no rows for a WITH … INSERT: the table says it)
     assert rows(app, "SELECT actor, uri, time_us FROM feed_items") == [(A, URI, BASE_US + 10)]

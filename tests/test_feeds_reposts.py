@@ -16,7 +16,7 @@ from feather.feeds.ingest import apply
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, FakeSources, cid_of, create, delete, feeds_app, follow, ingest, iso, join_backfills,
-    post, rows,
+    post, repost, rows,
 )
 
 REPOST = "app.bsky.feed.repost"
@@ -31,11 +31,6 @@ def puri(did, rkey):
 
 def ruri(did, rkey):
     return f"at://{did}/{REPOST}/{rkey}"
-
-
-def repost(did, rkey, subject_uri, at_us, cid="bafysubject"):
-    return create(did, REPOST, rkey, {"subject": {"uri": subject_uri, "cid": cid}, "createdAt": iso(at_us)},
-                  time_us=at_us)
 
 
 def unrepost(did, rkey, at_us):

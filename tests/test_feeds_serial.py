@@ -7,6 +7,8 @@ sees it wait for the lock with nothing of its work visible, releases the lock, a
 """
 from __future__ import annotations
 
+from tests.fixtures.feeds.feedkit import settled_us
+
 import gevent
 import pytest
 
@@ -170,7 +172,7 @@ def test_an_author_fetch_waits_for_the_lock(app, database_url, sources):
 
     def unchanged():
         assert count(app, "SELECT count(*) FROM feed_records_post") == 0
-    assert held_while(app, database_url, lambda: authors.fetch_tick(app, app.extensions["feeds"]), unchanged) == 1
+    assert held_while(app, database_url, lambda: authors.fetch_tick(app, app.extensions["feeds"], now_us=settled_us()), unchanged) == 1
     assert rows(app, "SELECT uri FROM feed_records_post") == [(f"at://{A}/{POST}/p9",)]
 
 

@@ -108,12 +108,15 @@ def saved(database_url: str) -> dict[str, tuple[int, int | None]]:
 
 
 def connection_for(js, did: str, old: set[str]) -> dict:
-    """The host's view of a new socket whose wantedDids name this DID (waits for it)."""
+    """The host's view of a new sync-shard socket whose wantedDids name this DID (waits for it).
+    A served reader's DID is also on the feeds' narrow shards (feather/feeds/ingest/narrow.py),
+    with a cursor of their own: a sync shard is the one asking for the Grain follows."""
     found = {}
 
     def opened() -> bool:
         found.update(next((f for cid, f in js.stats()["last_filter"].items()
-                           if cid not in old and did in f.get("wantedDids", ())), {}))
+                           if cid not in old and did in f.get("wantedDids", ())
+                           and GRAIN_FOLLOW in f.get("wantedCollections", ())), {}))
         return bool(found)
     wait_for(opened, 30, lambda: f"a shard socket naming {did}: {js.stats()['last_filter']}", interval=0.1)
     return found

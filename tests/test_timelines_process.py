@@ -343,6 +343,8 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
     gevent.joinall(watchers, raise_error=True)
     assert not notes, "while posting went on:\n" + "\n".join(notes[:20])
     mark(f"live phase converged ({sum(w.value for w in watchers)} getFeed reads meanwhile): " + sizes(readers, model))
+    narrowed(js, world["readers"], model, "after the live follows and unfollow")
+    mark("the feeds' connections ask, by DID, for the readers and whom they follow, nobody else")
     tops = check_reads(pds, readers, model, world, feed_uri, aud, mark, "after the live phase")
 
     # 3. A burst; a follow during it; kill -9 in its middle; a follow and a delete while down.
@@ -378,12 +380,13 @@ def scenario(pds, js, tap, svc: ServiceProcess, world: dict, mark) -> None:
         f"the restart must resume from its saved cursor rewound by the overlap: {conn}, first event while down {down_first}"
     wait_converged(readers, model, "the restart (replay, the follow made while down, the burst)")
     mark("converged after the restart: " + sizes(readers, model))
+    narrowed(js, world["readers"], model, "after the restart")
 
     # 4. Every connection dropped: the consumer reconnects asking for its overlap.
     newest = max(tap.times.values())
-    _wait(lambda: svc.cursor("global") >= newest, 30,
-          lambda: f"the global cursor to reach {newest}: {svc.cursor('global')}")
-    last = svc.cursor("global")
+    _wait(lambda: feeds_cursor(svc) >= newest, 30,
+          lambda: f"the global cursor to reach {newest}: {feeds_cursor(svc)}")
+    last = feeds_cursor(svc)
     seen = set(js.stats()["last_filter"])
     dropped = js.drop()
     for n in range(3):
@@ -467,6 +470,28 @@ def check_reads(pds, readers: list[Reader], model: Model, world: dict, feed_uri:
         print(f"  {reader.label} {when}: {len(want)} posts via getFeed, skeleton ({pages} pages of 4), page")
     mark(f"every reader's getFeed, skeleton and page exactly the model {when}")
     return tops
+
+
+def narrowed(js, readers, model: Model, when: str) -> None:
+    """The default FEED_NARROW_MAX_DIDS (feather/feeds/ingest/narrow.py): every connection carrying
+    posts asks for DIDs, and together for exactly the readers and whom they follow now."""
+    want = {r.did for r in readers} | {a for r in readers for a in model.follows[r.did]}
+
+    def filtered():
+        conns = [f for f in js.stats()["last_filter"].values() if POST in (f.get("wantedCollections") or ())]
+        if not conns or any(not f.get("wantedDids") for f in conns):
+            return None  # none, or one asking for every DID
+        return {d for f in conns for d in f["wantedDids"]}
+    _wait(lambda: filtered() == want, 30,
+          lambda: f"the feeds' filter {when} to be the readers and whom they follow: {filtered()} != {want}")
+
+
+def feeds_cursor(svc) -> int:
+    """The newest saved cursor of the streams carrying posts: under the default FEED_NARROW_MAX_DIDS
+    the DID-filtered shards `feeds:0` … (feather/feeds/ingest/narrow.py), else `feeds`."""
+    consumers = svc.health().get("consumers", {})
+    return max([int(c.get("cursor_time_us") or 0) for name, c in consumers.items()
+                if name == "feeds" or name.startswith("feeds:")] or [0])
 
 
 def global_connection(js, old: set[str]) -> dict:

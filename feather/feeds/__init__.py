@@ -21,6 +21,7 @@ from feather.config import ConfigError
 from feather.features import Job
 from feather.feeds import personal
 from feather.feeds.config import FeedsConfig, FeedsConfigError, load
+from feather.feeds.ingest import narrow
 from feather.feeds.ingest.apply import handler
 from feather.feeds.read import operator
 from feather.feeds.store import schema
@@ -87,7 +88,15 @@ def _init_pages(app, settings) -> None:
 
 def operator_status(settings) -> dict | None:
     """The timelines' figures for /admin (feather/features.py collects them)."""
-    return operator.status()
+    found = operator.status()
+    limit = settings.feed_narrow_max_dids if settings.feed_serve != "all" else 0
+    if found is not None and limit:
+        mode, count = narrow.current_mode(config_for(settings), limit)
+        found["ingest"] = {"mode": mode, "dids": count, "limit": limit,
+                           "shards": len(narrow.shard_names(limit))}
+    elif found is not None:
+        found["ingest"] = {"mode": "shared", "dids": None, "limit": 0, "shards": 0}
+    return found
 
 
 def subscriptions(settings) -> list:
@@ -95,14 +104,30 @@ def subscriptions(settings) -> list:
     if not config.collections:
         return []
     nsids = sorted({c.nsid for c in config.collections.values()})
-    # Identity events too: they invalidate cached handles (profiles=true).
-    return [Subscription("global", nsids, [Handler(feature="feeds", apply_batch=handler(config, settings),
-                                                   collections=frozenset(nsids), identity_and_account=True)])]
+    # Identity events too: they invalidate cached handles (profiles=true). One handler (one
+    # admission filter) for every stream that may carry these collections.
+    apply = handler(config, settings)
+    feeds = Handler(feature="feeds", apply_batch=apply, collections=frozenset(nsids), identity_and_account=True)
+    limit = settings.feed_narrow_max_dids if settings.feed_serve != "all" else 0
+    if not limit:
+        return [Subscription(narrow.SHARED_STREAM, nsids, [feeds])]
+    # Narrow subscriptions while few DIDs matter (ingest/narrow.py): `feeds` and the shards take turns.
+    narrowing = narrow.Narrowing(config, limit)
+    narrowing.admission = apply.admission
+    apply.admission.joins = {}  # a reposted stranger's shard replays from the repost (narrow.py)
+    extra = {"prepare": narrowing.prepare, "narrowing": narrowing}
+    subs = [Subscription(narrow.FULL_STREAM, nsids, [feeds], active=narrowing.full_active, claim=narrow.CLAIM,
+                         extra=dict(extra))]
+    for k, name in enumerate(narrow.shard_names(limit)):
+        subs.append(Subscription(name, nsids, [feeds], dids=lambda k=k: narrowing.members(k), claim=narrow.CLAIM,
+                                 rewind=lambda k=k: narrowing.rewind(k), extra=dict(extra, shard=k)))
+    return subs
 
 
 def jobs(settings) -> list:
     config = config_for(settings)
-    out = [Job("feeds-tombstones", sweep_tombstones, TOMBSTONE_SWEEP_SECS, jitter=5.0,
+    streams = narrow.family_names(settings.feed_narrow_max_dids if settings.feed_serve != "all" else 0)
+    out = [Job("feeds-tombstones", lambda: sweep_tombstones(streams), TOMBSTONE_SWEEP_SECS, jitter=5.0,
                first_run_delay=TOMBSTONE_SWEEP_SECS)] if config.collections else []
     if not config.feeds:
         return out

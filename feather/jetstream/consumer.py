@@ -48,6 +48,8 @@ class Stream:
         self.sent_dids: list[str] | None = None
         self.host_index = 0
         self.closed_for: str | None = None  # why this process closed the socket itself, if it did
+        self.rewind_to: int | None = None  # a position to replay from before the next connect
+        self.replay_until = 0  # frames up to this time_us came again because of a rewind (stats["replayed"])
         self.first_seen: store.Cursor | None = None  # first event this process received
         self.connected = Flag()
         # Reader and writer are supervised apart; the stream's row on the board sums them up.
@@ -115,6 +117,41 @@ class Stream:
             return None
         return validate_dids(self.sub.name, list(self.sub.dids()))
 
+    def _switched_off(self) -> bool:
+        return self.sub.active is not None and not self.sub.active()
+
+    def _resume_saved(self) -> None:
+        """Back from idle: start from the saved cursor, which the switch may have placed (forward
+        or back), once the writer has applied what the last connection queued (else its cursor
+        would move past the placed one)."""
+        deadline = time.monotonic() + 30
+        while self.state.backlog() and time.monotonic() < deadline and not self.state.stopping.is_set():
+            self.state.stopping.wait(0.05)
+        with db.connection_context():
+            self.state.cursor = store.load_cursor(self.sub.name)
+        self.state.high_water, self.first_seen = None, None
+
+    def _take_rewind(self) -> bool:
+        at = self.sub.rewind() if self.sub.rewind is not None else None
+        if at is not None:
+            self.rewind_to = at if self.rewind_to is None else min(self.rewind_to, at)
+        return at is not None
+
+    def _rewind(self) -> None:
+        """Set the saved cursor back to rewind_to once the writer has applied what the last
+        connection queued (its saves only move forward, and would pass the rewind)."""
+        deadline = time.monotonic() + 30
+        while self.state.backlog() and time.monotonic() < deadline and not self.state.stopping.is_set():
+            self.state.stopping.wait(0.05)
+        if self.state.high_water is not None:
+            self.replay_until = max(self.replay_until, self.state.high_water[1])
+        with db.connection_context(), db.atomic():
+            if store.rewind_cursor(self.sub.name, self.rewind_to):
+                self.stats["rewinds"] += 1
+                log.info("jetstream %s: replaying from %d, where DIDs that just joined began to matter",
+                         self.sub.name, self.rewind_to)
+        self.rewind_to = None
+
     def _read_loop(self) -> None:
         try:
             self._read_forever()
@@ -137,13 +174,21 @@ class Stream:
     def _read_forever(self) -> None:
         state, attempt, host_index = self.state, 0, self.host_index
         obs, stopping = state.obs, state.stopping
+        idled = False
         while not stopping.is_set():
             if self.paused.is_set():
                 self.stats["paused_checks"] += 1
                 stopping.wait(1.0)
                 continue
             try:
+                if self._switched_off():
+                    obs.idle("switched off: other streams carry these events")
+                    self.stats["idle_checks"] += 1
+                    idled = True
+                    stopping.wait(1.0)
+                    continue
                 dids = self._membership()
+                self._take_rewind()
             except Exception as exc:
                 # A database error or a shard over Jetstream's DID limit: a fault to retry with
                 # backoff, never a silent death of this reader (its users would stop syncing).
@@ -155,8 +200,19 @@ class Stream:
                 # An empty wantedDids means *every* DID to Jetstream: never connect like that.
                 obs.idle("no account to follow")
                 self.stats["idle_checks"] += 1
+                idled = True
                 stopping.wait(1.0)
                 continue
+            if idled or self.rewind_to is not None:
+                try:
+                    if self.rewind_to is not None:
+                        self._rewind()
+                    self._resume_saved()
+                except Exception as exc:
+                    attempt = self._retry(attempt, "membership_failures", logging.ERROR,
+                                          f"could not read the saved cursor ({exc})")
+                    continue
+                idled = False
             host = self.urls[host_index]
             obs.trying(host)
             url = hosts.with_params(host, self.sub.collections, dids, self._connect_cursor(), MAX_FRAME_BYTES)
@@ -219,6 +275,8 @@ class Stream:
             if opcode != websocket.ABNF.OPCODE_TEXT:
                 stats["ignored"] += 1  # we never ask for compression, so binary is noise
                 continue
+            stats["frames"] += 1  # what the subscription costs on the wire (/admin, bench/narrow.py)
+            stats["bytes"] += len(frame)
             try:
                 event = decode(frame)
             except DecodeError as exc:
@@ -232,6 +290,8 @@ class Stream:
             if generation != state.generation:
                 state.high_water = None
                 return "a batch failed; replaying from the last applied cursor"
+            if event.time_us <= self.replay_until:
+                stats["replayed"] += 1  # on the wire twice: the price of a rewind (bench/narrow.py)
             if self._already_queued(event):
                 stats["replay_skipped"] += 1
                 continue
@@ -280,13 +340,25 @@ class Stream:
 
     def update_membership(self) -> bool:
         """Send options_update when the DID set changed; the socket and its cursor stay as they are."""
-        if self.sub.dids is None or not self.connected.is_set() or self.ws is None:
+        if not self.connected.is_set() or self.ws is None:
+            return False
+        if self._switched_off():
+            self.closed_for = "switched off: other streams carry these events"
+            self._close_socket()
+            return True
+        if self.sub.dids is None:
             return False
         dids = self._membership()
         if dids == self.sent_dids:
             return False
         if not dids:
             self.closed_for = "no account left to follow"  # never widen to "all DIDs"
+            self._close_socket()
+            return True
+        if self._take_rewind():
+            # What the new members wrote since they began to matter never came, and options_update
+            # does not replay: reconnect from there (the read loop sets the cursor back first).
+            self.closed_for = "DIDs joined: replaying from before they did"
             self._close_socket()
             return True
         message = {"type": "options_update",

@@ -136,6 +136,8 @@ def inject(settings, frame: dict) -> list[str]:
 
 
 def _subscribed(sub, event: Event) -> bool:
+    if sub.active is not None and not sub.active():
+        return False  # switched off: the streams taking its turn carry the event
     if sub.dids is not None and event.did not in set(sub.dids()):
         return False
     return event.kind != "commit" or collection_matches(event.collection, sub.collections)

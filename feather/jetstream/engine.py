@@ -87,7 +87,7 @@ class Engine:
         for sub in self.subscriptions:
             if sub.name in self.streams or self.stopping.is_set():
                 continue
-            if not self.claims.try_claim(f"jetstream:{sub.name}"):
+            if not self.claims.try_claim(sub.claim_name):
                 if sub.name not in self._standby_logged:
                     log.info("jetstream %s: another process owns this subscription; standing by", sub.name)
                     self._standby_logged.add(sub.name)
@@ -139,8 +139,8 @@ class Engine:
     # --- watchers
     def _watch_membership(self) -> None:
         while not self.stopping.wait(MEMBERSHIP_POLL_SECS):
-            for stream in self.streams.values():
-                if stream.sub.dids is None:
+            for stream in list(self.streams.values()):
+                if stream.sub.dids is None and stream.sub.active is None:
                     continue
                 try:
                     with self.app.app_context(), db.connection_context():

@@ -135,4 +135,14 @@ def refresh(stream) -> None:
         p.last_error_at, p.last_error = max(errors)
     cursor = state.cursor.time_us if state.cursor else None
     p.extra = {**state.obs.snapshot(cursor, state.backlog(), stream.paused.is_set()),
-               "stats": dict(state.stats)}
+               "stats": dict(state.stats), "subscribed": subscribed(stream)}
+
+
+def subscribed(stream) -> str:
+    """Which events the stream asks for, as /admin shows it: every DID, or how many."""
+    if stream.sub.dids is None:
+        return "every DID"
+    sent = stream.sent_dids
+    if sent is None or not stream.connected.is_set():
+        return "by DID (none now)"
+    return f"{len(sent):,} DIDs"

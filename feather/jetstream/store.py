@@ -1,7 +1,9 @@
 """The batch transaction: every handler's writes and the cursor that covers them, together.
 
 This module alone writes `jetstream_cursor`: a cursor moves forward (`save_cursor`) except by the
-one deliberate rewind a resharding makes (`rewind_cursor`), and is forgotten only by `forget_cursor`.
+deliberate rewinds (`rewind_cursor`: a resharding, a narrow shard whose new members must be
+replayed) and the hand-over between streams that take turns (`place_cursor`), and is forgotten
+only by `forget_cursor`.
 """
 from __future__ import annotations
 
@@ -75,6 +77,15 @@ def rewind_cursor(name: str, time_us: int) -> bool:
     moved = sql.execute("UPDATE jetstream_cursor SET time_us = ?, seq = NULL, updated_at = ?"
                         " WHERE name = ? AND (time_us <= 0 OR time_us > ?)", (time_us, now, name, time_us)).rowcount
     return bool(made or moved)
+
+
+def place_cursor(name: str, time_us: int) -> None:
+    """Set `name` to `time_us` exactly, forward or back, without a sequence: the hand-over between
+    streams that take turns carrying the same events (feather/feeds/ingest/narrow.py). Only for
+    a stream that is switched off at the time, whose writer has nothing left to apply."""
+    sql.execute("INSERT INTO jetstream_cursor (name, time_us, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET time_us = excluded.time_us, seq = NULL,"
+                " updated_at = excluded.updated_at", (name, time_us, sql.now_s()))
 
 
 def forget_cursor(name: str) -> None:

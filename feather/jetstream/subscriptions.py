@@ -44,6 +44,19 @@ class Subscription:
     max_lookback_us: int | None = None
     on_gap: Callable[[int], None] | None = None  # told the saved cursor when it is older than the window
     extra: dict = field(default_factory=dict)
+    # Whether the stream should be connected now; None = always. A stream that goes inactive
+    # closes its socket and waits; when it comes back it resumes from its *saved* cursor, which
+    # whoever switched it off and on (feeds' narrowing, feather/feeds/ingest/narrow.py) places.
+    active: Callable[[], bool] | None = None
+    claim: str | None = None  # the claim's name when several streams must live in one process
+    # With `dids`: when the membership changed, the stream position from which the DIDs that just
+    # joined matter (None: from now on). options_update never replays, so such a change reconnects
+    # from there instead (feeds' narrowing: the author of a record just reposted).
+    rewind: Callable[[], int | None] | None = None
+
+    @property
+    def claim_name(self) -> str:
+        return f"jetstream:{self.claim or self.name}"
 
 
 def collection_matches(collection: str, wanted: frozenset[str] | set[str] | Sequence[str]) -> bool:
@@ -85,10 +98,13 @@ def merge(subs: Sequence[Subscription]) -> list[Subscription]:
         have = merged.get(sub.name)
         if have is None:
             merged[sub.name] = Subscription(sub.name, list(sub.collections), list(sub.handlers), sub.dids,
-                                            sub.max_lookback_us, sub.on_gap, dict(sub.extra))
+                                            sub.max_lookback_us, sub.on_gap, dict(sub.extra), sub.active, sub.claim,
+                                            sub.rewind)
             continue
         if have.dids is not None or sub.dids is not None:
             raise SubscriptionError(f"subscription {sub.name}: only DID-unfiltered subscriptions can be shared")
+        if have.active is not None or sub.active is not None or have.claim != sub.claim:
+            raise SubscriptionError(f"subscription {sub.name}: a stream switched on and off cannot be shared")
         have.collections.extend(c for c in sub.collections if c not in have.collections)
         have.handlers.extend(sub.handlers)
         if sub.on_gap is not None or sub.max_lookback_us is not None:

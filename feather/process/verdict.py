@@ -97,7 +97,7 @@ def judge(saved: dict, published: dict, settings, now: float | None = None) -> V
             connected_since=row.get("connected_since"), lag_secs=row.get("lag_secs"),
             events_per_sec=row.get("events_per_sec"), last_error=row.get("last_error"),
             last_error_at=row.get("last_error_at"), restarts=row.get("restarts", 0), idle=row.get("idle"),
-            owner=row.get("owner"),
+            owner=row.get("owner"), subscribed=row.get("subscribed"),
         )
         if row.get("cursor_time_us") and (facts["cursor_time_us"] or 0) < row["cursor_time_us"]:
             facts["cursor_time_us"] = row["cursor_time_us"]  # applied, not saved yet

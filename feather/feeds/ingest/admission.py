@@ -8,17 +8,27 @@ self-hoster's disk and ingest cost proportional to the people it serves, not to 
 `all` admits everything (a full index).
 
 Who is served lives in the database (store/served.py), because sign-ins and readers arrive in
-web processes while one other process ingests. Every change to who is served, or to whom a served actor follows, bumps
-feed_admission_state.version; the ingesting process reads that one row at most every
-POLL_SECS and rebuilds its sets when it moved. A follow it ingests itself is also added to
-memory at once, so the followee's posts later in the same batch are already admitted.
-Over-admission (an unfollowed author kept until the next rebuild) only costs a little storage,
-which the records sweep (tasks/records_sweep.py) gives back; under-admission would lose posts, so every
-path that adds a followee bumps the version.
+web processes while one other process ingests. Every change another process makes to who is
+served, or to whom a served actor follows, bumps feed_admission_state.version; the ingesting
+process reads that one row at most every POLL_SECS and rebuilds its sets when it moved (one
+statement per follow table, served.served_followees), and every REBUILD_SECS regardless.
+
+Its own batches never cost a rebuild (at a hundred thousand readers one takes seconds, and their
+follows arrive every few): a follow it ingests is added to memory at once, so the followee's posts
+later in the same batch are already admitted, and an unfollow is checked against the database
+at the next poll (`pending`: one probe of the follow table's subject index), once its batch has
+committed. Batches of several streams run side by side, so a rebuild keeps what admit added in
+the last RECENT_SECS on top of what it read, and an unfollow is probed only once SETTLE_SECS have
+passed since it and since the author was last followed (their batches have committed by then; one
+still open after that long could leave an author out until the next rebuild). Over-admission (an author kept a little too long) only costs
+a little storage, which the records sweep (tasks/records_sweep.py) gives back; under-admission
+would lose posts, so every path in another process that adds a followee bumps the version.
 """
 from __future__ import annotations
 
 import time
+
+from gevent.lock import Semaphore
 
 from feather.atproto.syntax import is_valid_did
 from feather.feeds.config import FeedsConfig
@@ -26,6 +36,9 @@ from feather.feeds.store import items, served
 from feather.jetstream.events import CommitEvent
 
 POLL_SECS = 2.0
+REBUILD_SECS = 600.0  # sheds whatever over-admission the probes left
+RECENT_SECS = 60.0  # longer than any batch stays open
+SETTLE_SECS = 5.0  # an unfollow is probed once the batches around it have had this long to commit
 
 
 # --- the in-memory filter ------------------------------------------------------------------------
@@ -38,9 +51,16 @@ class Admission:
         self.served: set[str] = set()
         self.followees: set[str] = set()
         self.reposted: set[str] = set()  # records reposted into a served timeline, whoever wrote them
+        self.changes = 0  # followees and subjects added or dropped in memory since start (narrow.py watches it)
+        self.recent: dict[str, float] = {}  # followee or reposted subject -> when admit added it
+        self.pending: dict[str, float] = {}  # unfollowed subject -> when its batch noted it
+        # Narrow subscriptions only (ingest/narrow.py takes and empties it): a reposted subject's
+        # author -> the earliest stream time of a repost that added them, where their shard replays from.
+        self.joins: dict[str, int] | None = None
         self.version: int | None = None
-        self.checked_at = float("-inf")
+        self.checked_at = self.rebuilt_at = float("-inf")
         self.rebuilds = 0
+        self._lock = Semaphore()  # narrow.py refreshes from its own greenlet too
         self._follow_nsids = config.follow_nsids
         self._repost_nsids = frozenset(c.nsid for c in config.collections.values() if c.reposts)
         self._reposted_nsids = config.reposted_nsids
@@ -50,22 +70,49 @@ class Admission:
         return self.mode == served.ALL
 
     def refresh(self, force: bool = False) -> bool:
-        """Re-read the version (at most every POLL_SECS) and rebuild when it moved. True if rebuilt."""
+        """Re-read the version (at most every POLL_SECS) and rebuild when it moved, or REBUILD_SECS
+        after the last rebuild. True if rebuilt."""
         if self.admits_all:
             return False
         now = self.clock()
         if not force and self.version is not None and now - self.checked_at < POLL_SECS:
             return False
-        self.checked_at = now
-        current = served.version()
-        if current == self.version and not force:
-            return False
-        found = served.served_set(self.config)
-        self.served, self.followees = found, served.followees_of(self.config, sorted(found))
-        self.reposted = items.reposted_subjects() if self._repost_nsids else set()
-        self.version = current
-        self.rebuilds += 1
-        return True
+        if not self._lock.acquire(blocking=False):
+            return False  # another greenlet is rebuilding: the sets in memory stand meanwhile
+        try:
+            self.checked_at = now
+            current = served.version()
+            if current == self.version and now - self.rebuilt_at < REBUILD_SECS and not force:
+                self._probe(now)
+                return False
+            self.recent = {key: at for key, at in self.recent.items() if now - at < RECENT_SECS}
+            self.served, followees = served.served_followees(self.config)
+            reposted = items.reposted_subjects() if self._repost_nsids else set()
+            # What admit added lately may belong to a batch not committed when the above was read.
+            self.followees = followees | {key for key in self.recent if not key.startswith("at://")}
+            self.reposted = reposted | {key for key in self.recent if key.startswith("at://")}
+            self.pending.clear()
+            self.version, self.rebuilt_at = current, now
+            self.rebuilds += 1
+            return True
+        finally:
+            self._lock.release()
+
+    def unfollowed(self, subjects) -> None:
+        """Subjects a batch of this process stopped following: probed once it has committed."""
+        now = self.clock()
+        for subject in subjects:
+            self.pending[subject] = now
+
+    def _probe(self, now: float) -> None:
+        """Drop the unfollowed authors nobody served follows any more, as the database says now."""
+        due = [s for s, at in self.pending.items()
+               if now - at >= SETTLE_SECS and now - self.recent.get(s, float("-inf")) >= SETTLE_SECS]
+        for subject in due:
+            del self.pending[subject]
+            if subject in self.followees and subject not in self.served and not served.followed(self.config, subject):
+                self.followees.discard(subject)
+                self.changes += 1
 
     def wants(self, did: str) -> bool:
         return did in self.served or did in self.followees
@@ -82,14 +129,22 @@ class Admission:
                 if event.operation != "delete" and isinstance(event.record, dict):
                     subject = event.record.get("subject")
                     if is_valid_did(subject):
-                        self.followees.add(subject)  # their posts later in this batch count too
+                        self.recent[subject] = self.clock()  # a rebuild or a probe keeps them a while
+                        if subject not in self.followees:
+                            self.followees.add(subject)  # their posts later in this batch count too
+                            self.changes += 1
                 kept.append(event)
             elif event.did in self.served or event.did in self.followees:
                 if (isinstance(event, CommitEvent) and event.collection in self._repost_nsids
                         and event.operation != "delete"):
                     subject = items.reposted_uri(event.record)
-                    if subject is not None:
+                    if subject is not None and subject not in self.reposted:
                         self.reposted.add(subject)  # its later edit or delete reaches the store
+                        self.recent[subject] = self.clock()
+                        self.changes += 1  # narrow subscriptions must ask for its author too
+                        if self.joins is not None:
+                            author = subject[len("at://"):].split("/", 1)[0]
+                            self.joins[author] = min(self.joins.get(author, event.time_us), event.time_us)
                 kept.append(event)
             elif (isinstance(event, CommitEvent) and event.collection in self._reposted_nsids
                   and event.uri in self.reposted):

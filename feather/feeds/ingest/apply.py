@@ -18,7 +18,7 @@ from feather.db import index_planned
 from feather.feeds.config import FeedsConfig
 from feather.feeds.ingest import batch, plan
 from feather.feeds.ingest.admission import Admission
-from feather.feeds.store import fetches, identities, prune_state, serial, served
+from feather.feeds.store import fetches, identities, prune_state, serial
 from feather.jetstream.events import CommitEvent, IdentityEvent
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
     changed = 0
     mutating = follows_changed = False
     followed: set[str] = set()
+    unfollowed: set[str] = set()
     for step in apply_commits(config, commits).steps:
         changed += 1
         mutating = mutating or step.event.collection in config.feed_mutating_nsids
@@ -68,12 +69,15 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
             follows_changed = True
             if step.event.operation == "create" and step.subject_after:
                 followed.add(step.subject_after)
+            if step.unfollows:
+                unfollowed.add(step.unfollows)
     if mutating:
         prune_state.mark_dirty()
     if admission is not None and follows_changed:
-        # Other processes (and this one after a takeover) rebuild from the database; the new
-        # followees' past records come from their PDS (tasks/authors.py fetch_tick).
-        served.bump()
+        # The filter already holds the new followees and probes the unfollowed ones after the
+        # commit (admission.py: no version bump, no rebuild); the new followees' past records
+        # come from their PDS (tasks/authors.py fetch_tick).
+        admission.unfollowed(unfollowed)
         fetches.request(followed)
     return changed
 

@@ -23,6 +23,7 @@ from feather import sql
 from feather.atproto.syntax import is_valid_record_key
 from feather.db import db
 from feather.feeds.config import Collection, FeedsConfig
+from feather.feeds.ingest import narrow
 from feather.feeds.read.sources import SourceError, sources_for
 from feather.feeds.store import fetches, items, records, serial
 from feather.feeds.store.prune_state import mark_dirty
@@ -117,7 +118,10 @@ def fan_in(config: FeedsConfig, did: str) -> int:
 def fetch_tick(app, config: FeedsConfig, now_us: int | None = None) -> int:
     """Fetch up to FETCH_BATCH queued authors; returns how many were fetched."""
     now_us = sql.now_us() if now_us is None else now_us
-    due = sql.rows(pending_sql(), (now_us, FETCH_BATCH))
+    settings = app.config["FEATHER"]
+    # Narrow subscriptions: list a new followee only once their shard's filter has them (narrow.py).
+    settle = narrow.SETTLE_US if settings.feed_narrow_max_dids and settings.feed_serve != "all" else 0
+    due = sql.rows(pending_sql(), (now_us - settle, FETCH_BATCH))
     if not due:
         return 0
     attempts = {did: n for did, n in due}

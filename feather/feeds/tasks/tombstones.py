@@ -12,11 +12,12 @@ from feather.jetstream import store
 TOMBSTONE_MARGIN_US = 600_000_000  # far behind any replay: a reconnect resumes 5 s before the cursor
 
 
-def sweep_tombstones() -> int:
-    """Tombstones older than the ingest cursor (minus a margin) can never meet a replay again."""
-    cursor = store.load_cursor("global")
-    if cursor is None:
+def sweep_tombstones(streams=("global",)) -> int:
+    """Tombstones older than the oldest cursor of the streams that carry the feeds' collections
+    (minus a margin) can never meet a replay again."""
+    saved = [row.time_us for row in store.cursor_rows() if row.name in set(streams) and row.time_us > 0]
+    if not saved:
         return 0
     with db.atomic():
         serial.lock_writes()
-        return records.sweep_tombstones(cursor.time_us - TOMBSTONE_MARGIN_US)
+        return records.sweep_tombstones(min(saved) - TOMBSTONE_MARGIN_US)
