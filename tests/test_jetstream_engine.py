@@ -1,4 +1,5 @@
 """The ingest engine against the fake Jetstream: reconnects, membership, bad frames, backpressure."""
+import threading
 import time
 from dataclasses import replace
 
@@ -296,7 +297,8 @@ def test_the_cursor_is_saved_with_a_batch_at_most_once_a_second(engine_for, jets
 def test_the_channel_between_socket_and_writer_holds_1024_events(engine_for, jetstream, monkeypatch):
     """The writer is stuck on its first batch: the reader queues until the channel is full, and the
     event that does not fit drops the connection (Jetstream replays it)."""
-    monkeypatch.setattr(mirror_feature, "SLOW_WRITER_SECS", 5.0)
+    gate = threading.Event()
+    monkeypatch.setattr(mirror_feature, "WRITER_GATE", gate)
     app, engine = engine_for(tuning=Tuning(queue_full_grace_secs=0))
     engine.start()
     stream = engine.streams["global"]
@@ -304,5 +306,8 @@ def test_the_channel_between_socket_and_writer_holds_1024_events(engine_for, jet
     jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", "first", "create")])
     wait_until(lambda: mirror_feature.batches_applied or stream.state.queue.qsize() == 0, message="the writer took it")
     jetstream.append([make_commit("did:plc:alice", "app.bsky.feed.post", f"q{i}", "create") for i in range(2000)])
-    wait_until(lambda: stream.stats["queue_full"] >= 1, timeout=5, message="the channel filled")
-    assert stream.state.queue.qsize() == Tuning().queue_size == 1024
+    wait_until(lambda: stream.stats["queue_full"] >= 1, timeout=30, message="the channel filled")
+    try:
+        assert stream.state.queue.qsize() == Tuning().queue_size == 1024
+    finally:
+        gate.set()

@@ -18,6 +18,9 @@ COLLECTIONS = ["app.bsky.feed.post", "app.bsky.graph.follow", "app.bsky.feed.lik
 _ready = False
 # Test knob: seconds the handler sleeps per batch (a slow writer, to fill the queue).
 SLOW_WRITER_SECS = 0.0
+# Test knob: an Event the handler waits on (at most a minute) per batch: a writer stuck until the
+# test lets it go, however slow the machine (a timed sleep could end before the test looked).
+WRITER_GATE = None
 # Test knob: seconds the handler computes per batch without yielding (SQL-bound work holds the loop).
 BUSY_WRITER_SECS = 0.0
 batches_applied = 0
@@ -74,6 +77,8 @@ def apply_batch(events) -> None:
         raise RuntimeError(f"planted handler failure on {FAIL_RKEY}")
     if SLOW_WRITER_SECS:
         time.sleep(SLOW_WRITER_SECS)
+    if WRITER_GATE is not None:
+        WRITER_GATE.wait(60)
     if BUSY_WRITER_SECS:
         until = time.perf_counter() + BUSY_WRITER_SECS
         while time.perf_counter() < until:
