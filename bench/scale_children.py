@@ -104,7 +104,7 @@ def reader(database: str, workdir: str, dids_file: str, rate: float, seed: int, 
     dids = json.loads(Path(dids_file).read_text())
     app = create_app(overrides(database, workdir, len(dids)))
     app.extensions["feeds_sources"] = offline_sources(app)
-    client = app.test_client()
+    client = app.test_client(use_cookies=False)  # a feed client sends no cookies (as bench/getfeed.py)
     rng = random.Random(seed)
     work = Path(workdir)
 

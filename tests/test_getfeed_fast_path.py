@@ -252,6 +252,49 @@ def test_a_first_read_still_claims_its_backfill(app):
         assert sql.one("SELECT completed FROM feed_backfills WHERE actor = ?", (D,)) == (1,)
 
 
+def _asks_backfills(ran) -> bool:
+    return any("feed_backfills" in statement for statement in ran)
+
+
+def test_once_a_read_has_seen_the_backfill_done_the_next_reads_do_not_ask_again(app):
+    mark_backfilled(app, A)
+    first, _in_tx, _started = _traced_read(app, A)
+    then = [_traced_read(app, A)[0] for _ in range(3)]
+    assert _asks_backfills(first) and [_asks_backfills(ran) for ran in then] == [False, False, False]
+
+
+def test_a_backfill_seen_in_flight_is_asked_about_again(app):
+    with app.app_context(), db.connection_context(), db.atomic():
+        sql.execute("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"
+                    " VALUES (?, 'timeline', 0, 0, ?)", (A, sql.now_ms()))
+    assert _asks_backfills(_traced_read(app, A)[0])
+    with app.app_context(), db.connection_context(), db.atomic():
+        sql.execute("DELETE FROM feed_backfills WHERE actor = ?", (A,))
+    assert _traced_read(app, A)[2] == [A]  # nothing remembered it as done: the next read claims
+
+
+def test_after_delete_my_data_the_next_read_claims_a_backfill_again(app):
+    from feather import personal
+
+    mark_backfilled(app, A)
+    _traced_read(app, A)  # seen done, and remembered
+    with app.test_request_context(), db.connection_context():
+        with db.atomic():
+            personal.delete(app, A)
+    assert _traced_read(app, A)[2] == [A]
+
+
+def test_the_memory_of_done_backfills_lasts_its_ttl(app, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(backfill.time, "monotonic", lambda: clock[0])
+    mark_backfilled(app, A)
+    _traced_read(app, A)
+    clock[0] += backfill.DONE_TTL_SECS - 1
+    assert not _asks_backfills(_traced_read(app, A)[0])
+    clock[0] += 2
+    assert _asks_backfills(_traced_read(app, A)[0])
+
+
 def test_a_stale_claim_is_claimed_again(app):
     with app.app_context(), db.connection_context(), db.atomic():
         sql.execute("INSERT INTO feed_backfills (actor, feed, completed, retries, started_at)"

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import time
 
-from flask import current_app
+from flask import current_app, has_app_context
 
 from feather import sql
 from feather.features import add_people_source
 from feather.feeds.read.timeline import _display_names
 from feather.feeds.store import backfills, generators, items, reader_links, serial, served
+from feather.feeds.tasks import backfill
 from feather.feeds.store.records import _uri_in, load_many
 from feather.personal import Holding, register as add, register_panel
 
@@ -54,6 +55,8 @@ def delete(did: str) -> None:
     serial.lock_writes()
     items.drop_actor(did)
     backfills.forget(did)
+    if has_app_context():
+        backfill.forget_known(current_app, did)  # this process's memory of it, at once
     # What this instance remembers of generator records the person published (the records
     # themselves are in their own repo, theirs to delete).
     generators.forget_publisher(did)

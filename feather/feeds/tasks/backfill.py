@@ -20,6 +20,7 @@ from typing import Callable
 import gevent
 
 from feather import sql
+from feather.atproto.cache import TtlCache
 from feather.db import db
 from feather.atproto.syntax import is_valid_did
 from feather.feeds.config import Feed, FeedsConfig
@@ -51,6 +52,36 @@ def wants_claim(row, now: int) -> bool:
         return True
     completed, started_at, retries = row
     return not completed and (started_at is None or now - started_at >= wait_ms(retries))
+
+
+# A completed backfill stays completed until "delete my data" forgets the actor's claims, yet a
+# served reader's every read asked the database to learn that (a statement a read, for nothing).
+# Each process remembers what it saw completed for DONE_TTL_SECS; a forget in the same process
+# drops it at once (forget_known), one in another process is seen within that long.
+DONE_TTL_SECS = 60.0
+DONE_MAX_ACTORS = 100_000
+_DONE = "feeds_backfills_done"
+
+
+def done_cache(app) -> TtlCache:
+    """actor -> the feeds whose backfill this process saw completed (per app: tests make many)."""
+    cache = app.extensions.get(_DONE)
+    if cache is None:
+        cache = app.extensions[_DONE] = TtlCache(DONE_TTL_SECS, time.monotonic, DONE_MAX_ACTORS)
+    return cache
+
+
+def known_done(app, actor: str, feed: str) -> bool:
+    return feed in (done_cache(app).get(actor) or ())
+
+
+def note_done(app, actor: str, feed: str) -> None:
+    cache = done_cache(app)
+    cache.put(actor, (cache.get(actor) or frozenset()) | {feed})
+
+
+def forget_known(app, actor: str) -> None:
+    done_cache(app).discard(actor)
 
 
 _UNREAD = object()

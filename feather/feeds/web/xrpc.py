@@ -110,11 +110,17 @@ def get_feed():
 
 
 def _maybe_backfill(app, config: FeedsConfig, feed, did: str) -> None:
-    """The first-read backfill, claimed only when one is due. Nearly every read finds it done (or
-    in flight, or resting after a failure): one read of its row, outside any transaction, says so,
-    and then nothing is written or claimed. When one looks due, backfill.maybe_start decides again
+    """The first-read backfill, claimed only when one is due. Nearly every read finds it done: this
+    process remembers that (backfill.known_done) and asks nothing. Otherwise one read of its row,
+    outside any transaction, says whether it is done, in flight or resting after a failure, and
+    then nothing is written or claimed. When one looks due, backfill.maybe_start decides again
     inside its transaction, so two readers still cannot both claim it."""
-    if backfill.wants_claim(backfills.state(did, feed.name), sql.now_ms()):
+    if backfill.known_done(app, did, feed.name):
+        return
+    row = backfills.state(did, feed.name)
+    if row is not None and row[0]:
+        backfill.note_done(app, did, feed.name)
+    elif backfill.wants_claim(row, sql.now_ms()):
         backfill.maybe_start(app, config, feed, did, admit=lambda: budget.try_spend(app, request.remote_addr))
 
 
