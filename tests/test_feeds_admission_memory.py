@@ -135,3 +135,73 @@ def test_a_rebuild_reads_whom_every_served_actor_follows_config_feed_actors_and_
     run(app, handler, [])
     assert admission.rebuilds == 2
     assert (sorted(admission.served), sorted(admission.followees)) == ([A, B, D], [B, C, D])
+
+
+def test_a_rebuild_soon_after_a_follow_does_not_undo_its_unfollow(make_app, tmp_path):
+    """Another process's bump (a first read's backfill) within RECENT_SECS of C's follow: the
+    rebuild keeps what admit added lately, but not C, whose unfollow came after."""
+    app, handler, admission, clock = setup(make_app, tmp_path)
+    run(app, handler, [follow(A, "f1", C)])
+    clock.now += adm.SETTLE_SECS
+    run(app, handler, [unfollow(A, "f1", at_us=BASE_US + 5)])
+    clock.now += adm.SETTLE_SECS + adm.POLL_SECS
+    run(app, handler, [post(C, "c1", BASE_US + 10)])  # probed: C dropped
+    assert C not in admission.followees
+    with app.app_context(), db.connection_context(), db.atomic():
+        served.bump()
+    clock.now += adm.POLL_SECS  # still within RECENT_SECS of the follow
+    run(app, handler, [post(C, "c2", BASE_US + 11)])
+    assert (admission.rebuilds, C in admission.followees, stored_posts(app)) == (2, False, [])
+
+
+def test_an_unfollow_pending_when_a_rebuild_runs_is_still_settled_after_it(make_app, tmp_path):
+    app, handler, admission, clock = setup(make_app, tmp_path)
+    run(app, handler, [follow(A, "f1", C)])
+    clock.now += adm.SETTLE_SECS
+    run(app, handler, [unfollow(A, "f1", at_us=BASE_US + 5)])
+    with app.app_context(), db.connection_context(), db.atomic():
+        served.bump()
+    clock.now += adm.POLL_SECS  # a rebuild before the unfollow has settled
+    run(app, handler, [post(C, "c1", BASE_US + 10)])
+    assert (admission.rebuilds, C in admission.pending) == (2, True)
+    clock.now += adm.SETTLE_SECS
+    run(app, handler, [post(C, "c2", BASE_US + 11)])
+    assert (C in admission.followees, admission.pending, stored_posts(app)) == (False, {}, [])
+
+
+def test_a_probe_puts_back_an_author_a_served_actor_still_follows(make_app, tmp_path):
+    """A rebuild read the database before another stream's follow of C committed: the pending
+    unfollow's probe finds the follow and admits C again."""
+    app, handler, admission, clock = setup(make_app, tmp_path, actors=(A, B))
+    run(app, handler, [follow(A, "f1", C), follow(B, "f1", C)])
+    clock.now += adm.SETTLE_SECS
+    run(app, handler, [unfollow(A, "f1", at_us=BASE_US + 5)])
+    admission.followees.discard(C)  # what that rebuild would have left
+    clock.now += adm.SETTLE_SECS + adm.POLL_SECS
+    run(app, handler, [post(C, "c1", BASE_US + 10)])
+    assert (C in admission.followees, stored_posts(app)) == (True, [(f"at://{C}/app.bsky.feed.post/c1",)])
+
+
+def test_a_replayed_follow_the_store_refuses_stops_admitting_its_subject_once_settled(make_app, tmp_path):
+    """A shard's replay brings a follow's create again after its delete: the store keeps the
+    tombstone, and the filter, which admitted the subject when it saw the create, drops them."""
+    app, handler, admission, clock = setup(make_app, tmp_path)
+    run(app, handler, [follow(A, "f1", C)])
+    clock.now += adm.SETTLE_SECS
+    run(app, handler, [unfollow(A, "f1", at_us=BASE_US + 5)])
+    clock.now += adm.SETTLE_SECS + adm.POLL_SECS
+    run(app, handler, [post(C, "c1", BASE_US + 10)])
+    assert C not in admission.followees
+    changes = admission.changes
+    run(app, handler, [follow(A, "f1", C)])  # the replay: refused, the delete is newer
+    assert (C in admission.followees, admission.changes) == (False, changes + 2)  # in, then out, in one batch
+    run(app, handler, [post(C, "c2", BASE_US + 11)])
+    assert stored_posts(app) == []
+
+
+def test_a_replayed_follow_that_is_still_stored_keeps_its_subject(make_app, tmp_path):
+    app, handler, admission, clock = setup(make_app, tmp_path)
+    run(app, handler, [follow(A, "f1", C)])
+    admission.followees.discard(C)  # as if a rebuild had not seen it yet
+    run(app, handler, [follow(A, "f1", C), post(C, "c1", BASE_US + 10)])  # the replay of a kept follow
+    assert (C in admission.followees, stored_posts(app)) == (True, [(f"at://{C}/app.bsky.feed.post/c1",)])

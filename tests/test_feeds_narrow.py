@@ -223,7 +223,16 @@ def test_a_small_instance_subscribes_by_did_changes_in_place_and_takes_turns_wit
         with app.app_context(), db.connection_context():
             assert int(again["cursor"]) <= jstore.load_cursor("feeds").time_us
         whole_stream = engine.streams["feeds"]
-        wait_until(lambda: not whole_stream.connected.is_set(), message="the whole stream to close")
+        def _why():
+            n = engine.streams["feeds:0"].sub.extra["narrowing"]
+            a = n.admission
+            return (f"the whole stream to close: mode {n.mode} count {n.count} version {n.version}"
+                    f" followees {sorted(a.followees)} pending {a.pending} recent {sorted(a.recent)} rebuilds {a.rebuilds}"
+                    f" closed_for {whole_stream.closed_for!r} ws {whole_stream.ws is not None}"
+                    f" follows {rows(app, 'SELECT uri FROM feed_records_follow ORDER BY uri')}"
+                    f" tomb {rows(app, 'SELECT uri, time_us FROM feed_tombstones ORDER BY uri')}"
+                    f" conns {[(c.get('cursor'), c.get('wantedDids')) for c in feeds_connections(jetstream)]}")
+        wait_until(lambda: not whole_stream.connected.is_set(), message=_why)
         assert [len(f["wantedDids"]) for f in jetstream.stats()["last_filter"].values()] == [3]
         jetstream.append([post_frame(B, "b2"), post_frame(C, "c2")])
         wait_until(lambda: f"at://{B}/{POST}/b2" in feed_uris(app, A), message="B's second post")

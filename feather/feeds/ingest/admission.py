@@ -54,6 +54,9 @@ class Admission:
         self.changes = 0  # followees and subjects added or dropped in memory since start (narrow.py watches it)
         self.recent: dict[str, float] = {}  # followee or reposted subject -> when admit added it
         self.pending: dict[str, float] = {}  # unfollowed subject -> when its batch noted it
+        # Subjects the last admit() added: checked in its batch's transaction (apply.py), because
+        # the store may refuse the follow that admitted them (a replayed create of a deleted follow).
+        self.admitted: set[str] = set()
         # Narrow subscriptions only (ingest/narrow.py takes and empties it): a reposted subject's
         # author -> the earliest stream time of a repost that added them, where their shard replays from.
         self.joins: dict[str, int] | None = None
@@ -88,15 +91,26 @@ class Admission:
             self.recent = {key: at for key, at in self.recent.items() if now - at < RECENT_SECS}
             self.served, followees = served.served_followees(self.config)
             reposted = items.reposted_subjects() if self._repost_nsids else set()
-            # What admit added lately may belong to a batch not committed when the above was read.
-            self.followees = followees | {key for key in self.recent if not key.startswith("at://")}
+            # What admit added lately may belong to a batch not committed when the above was read,
+            # unless an unfollow of it came later: that one is the probe's to settle (pending
+            # outlives the rebuild), else a rebuild within RECENT_SECS of a follow undid its unfollow.
+            self.followees = followees | {key for key, at in self.recent.items() if not key.startswith("at://")
+                                          and self.pending.get(key, float("-inf")) < at}
             self.reposted = reposted | {key for key in self.recent if key.startswith("at://")}
-            self.pending.clear()
             self.version, self.rebuilt_at = current, now
             self.rebuilds += 1
             return True
         finally:
             self._lock.release()
+
+    def refused(self, subjects) -> None:
+        """Subjects this batch admitted whose follow its transaction did not keep, and nobody
+        served follows: out of the filter at once (a replay must not widen it for good)."""
+        for subject in subjects:
+            if subject in self.followees and subject not in self.served:
+                self.followees.discard(subject)
+                self.recent.pop(subject, None)
+                self.changes += 1
 
     def unfollowed(self, subjects) -> None:
         """Subjects a batch of this process stopped following: probed once it has committed."""
@@ -105,13 +119,22 @@ class Admission:
             self.pending[subject] = now
 
     def _probe(self, now: float) -> None:
-        """Drop the unfollowed authors nobody served follows any more, as the database says now."""
+        """Settle the unfollowed authors as the database says now: dropped when nobody served
+        follows them any more, kept (or put back, when a rebuild left them out while another
+        stream's follow of them was not committed yet) when someone still does."""
         due = [s for s, at in self.pending.items()
                if now - at >= SETTLE_SECS and now - self.recent.get(s, float("-inf")) >= SETTLE_SECS]
         for subject in due:
-            del self.pending[subject]
-            if subject in self.followees and subject not in self.served and not served.followed(self.config, subject):
-                self.followees.discard(subject)
+            self.pending.pop(subject, None)
+            if subject in self.served:
+                continue
+            followed = served.followed(self.config, subject)
+            if not followed:
+                # Its follow has settled too (the condition above): the database is the answer
+                # now, and a rebuild must not bring the author back from `recent`.
+                self.recent.pop(subject, None)
+            if followed != (subject in self.followees):
+                (self.followees.add if followed else self.followees.discard)(subject)
                 self.changes += 1
 
     def wants(self, did: str) -> bool:
@@ -119,6 +142,7 @@ class Admission:
 
     def admit(self, events: list) -> list:
         """The events that matter to a served actor; pure memory, no SQL."""
+        self.admitted = set()
         if self.admits_all:
             return events
         kept = []
@@ -133,6 +157,7 @@ class Admission:
                         if subject not in self.followees:
                             self.followees.add(subject)  # their posts later in this batch count too
                             self.changes += 1
+                            self.admitted.add(subject)
                 kept.append(event)
             elif event.did in self.served or event.did in self.followees:
                 if (isinstance(event, CommitEvent) and event.collection in self._repost_nsids

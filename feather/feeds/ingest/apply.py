@@ -18,7 +18,7 @@ from feather.db import index_planned
 from feather.feeds.config import FeedsConfig
 from feather.feeds.ingest import batch, plan
 from feather.feeds.ingest.admission import Admission
-from feather.feeds.store import fetches, identities, prune_state, serial
+from feather.feeds.store import fetches, identities, prune_state, serial, served
 from feather.jetstream.events import CommitEvent, IdentityEvent
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,10 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
         # come from their PDS (tasks/authors.py fetch_tick).
         admission.unfollowed(unfollowed)
         fetches.request(followed)
+    if admission is not None and admission.admitted - followed:
+        # Follows the filter admitted that no step of this batch wrote: already stored (a replay of a
+        # kept follow) or refused (a replay of a deleted one). This transaction's view says which.
+        admission.refused([s for s in sorted(admission.admitted - followed) if not served.followed(config, s)])
     return changed
 
 
