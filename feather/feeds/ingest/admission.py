@@ -20,7 +20,9 @@ at the next poll (`pending`: one probe of the follow table's subject index), onc
 committed. Batches of several streams run side by side, so a rebuild keeps what admit added in
 the last RECENT_SECS on top of what it read, and an unfollow is probed only once SETTLE_SECS have
 passed since it and since the author was last followed (their batches have committed by then; one
-still open after that long could leave an author out until the next rebuild). Over-admission (an author kept a little too long) only costs
+still open after that long could leave an author out until the next rebuild). A follow admit
+let in that its batch did not write (a replay of a follow since deleted, which the store refuses)
+is taken out again in that batch's transaction (apply.py, `refused`). Over-admission (an author kept a little too long) only costs
 a little storage, which the records sweep (tasks/records_sweep.py) gives back; under-admission
 would lose posts, so every path in another process that adds a followee bumps the version.
 """
