@@ -13,7 +13,7 @@ from feather.jetstream import store as jstore
 from feather.jetstream.engine import Engine
 from feather.jetstream.subscriptions import MAX_DIDS
 from feather.jetstream.tuning import Tuning
-from tests.fixtures.feeds.feedkit import FakeSources, feed_uris, feeds_app, ingest, rows, toml
+from tests.fixtures.feeds.feedkit import REPOST_TOML, FakeSources, feed_uris, feeds_app, ingest, rows, toml
 from tests.support.fake_jetstream import FakeJetstream, make_commit
 from tests.support.waiting import wait_until
 
@@ -259,19 +259,6 @@ def test_a_followees_repost_of_a_stranger_adds_the_stranger_without_a_version_bu
 
 
 REPOST = "app.bsky.feed.repost"
-REPOSTS_TOML = """
-namespace = "com.example"
-[collections.follow]
-collection = "app.bsky.graph.follow"
-[collections.post]
-collection = "app.bsky.feed.post"
-[collections.repost]
-collection = "app.bsky.feed.repost"
-reposts = "post"
-[feeds.timeline]
-follow = "follow"
-targets = ["post", "repost"]
-"""
 
 
 def test_a_stranger_reposted_into_a_timeline_has_their_shard_replayed_from_the_repost(
@@ -279,7 +266,7 @@ def test_a_stranger_reposted_into_a_timeline_has_their_shard_replayed_from_the_r
     """The stranger joins the filter a membership round after the repost; what they wrote in between
     (here the reposted post's delete) comes from the replay options_update could not give."""
     from feather import feeds
-    app = feeds_app(make_app, tmp_path, 'actors = ["' + A + '"]\n' + REPOSTS_TOML, sources=FakeSources(),
+    app = feeds_app(make_app, tmp_path, 'actors = ["' + A + '"]\n' + REPOST_TOML, sources=FakeSources(),
                     FEED_SERVE="signed-in", FEED_NARROW_MAX_DIDS="3", FEATHERREADER_JETSTREAM_HOSTS=jetstream.url)
     engine = Engine(app, feeds.subscriptions(app.config["FEATHER"]), tuning=FAST)
     engine.start()

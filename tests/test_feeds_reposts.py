@@ -16,7 +16,7 @@ from feather.feeds.ingest import apply
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, FakeSources, cid_of, create, delete, feeds_app, follow, ingest, iso, join_backfills,
-    post, repost, rows,
+    REPOST_TOML, post, repost, rows,
 )
 
 REPOST = "app.bsky.feed.repost"
@@ -259,20 +259,6 @@ def test_the_page_says_who_reposted_it_by_name_and_shows_the_posts_own_time(app)
 
 # --- batch path = per-event path, with reposts --------------------------------------------------
 
-REPOST_TOML = """
-namespace = "com.example"
-[collections.follow]
-collection = "app.bsky.graph.follow"
-[collections.post]
-collection = "app.bsky.feed.post"
-[collections.repost]
-collection = "app.bsky.feed.repost"
-reposts = "post"
-[feeds.timeline]
-targets = ["post", "repost"]
-maxItems = 6
-followBackfill = 3
-"""
 TABLES = {
     "feed_items": "SELECT actor, uri, collection, time_us, subject FROM feed_items ORDER BY actor, uri",
     "posts": "SELECT uri, did, rkey, cid, record, time_us FROM feed_records_post ORDER BY uri",
