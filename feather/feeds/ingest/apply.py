@@ -79,10 +79,11 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
         # come from their PDS (tasks/authors.py fetch_tick).
         admission.unfollowed(unfollowed)
         fetches.request(followed)
-    if admission is not None and admission.admitted - followed:
+    unwritten = sorted(admission.admitted - followed) if admission is not None else []
+    if unwritten:
         # Follows the filter admitted that no step of this batch wrote: already stored (a replay of a
         # kept follow) or refused (a replay of a deleted one). This transaction's view says which.
-        admission.refused([s for s in sorted(admission.admitted - followed) if not served.followed(config, s)])
+        admission.refused([s for s in unwritten if not served.followed(config, s)])
     return changed
 
 
