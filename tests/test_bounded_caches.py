@@ -56,8 +56,6 @@ ALLOWED = {
         "replaced wholesale from the database: the records reposted into served timelines (bounded by their caps)",
     "feather/feeds/ingest/admission.py::Admission.recent":
         "pruned to the last RECENT_SECS at every rebuild (every REBUILD_SECS at the latest): what admit added lately",
-    "feather/feeds/ingest/admission.py::Admission.admitted":
-        "one per batch: the subjects the last admit() added, replaced by the next",
     "feather/feeds/ingest/admission.py::Admission.pending":
         "each entry dropped by the probe once settled (SETTLE_SECS): the unfollows of the last few seconds' batches",
     "feather/feeds/ingest/narrow.py::Narrowing.rewinds": "keyed by shard number: at most FEED_NARROW_MAX_DIDS / 10,000 + 1",

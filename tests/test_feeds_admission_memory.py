@@ -205,3 +205,21 @@ def test_a_replayed_follow_that_is_still_stored_keeps_its_subject(make_app, tmp_
     admission.followees.discard(C)  # as if a rebuild had not seen it yet
     run(app, handler, [follow(A, "f1", C), post(C, "c1", BASE_US + 10)])  # the replay of a kept follow
     assert (C in admission.followees, stored_posts(app)) == (True, [(f"at://{C}/app.bsky.feed.post/c1",)])
+
+
+def test_another_streams_admit_while_a_batch_is_writing_does_not_take_its_followee_out(make_app, tmp_path, monkeypatch):
+    """The streams' batches run side by side: B's follow of D is admitted by its stream while A's
+    batch is still writing (here, at the moment A's batch asks for its new followee's fetch).
+    A's check of the follows it admitted must look at its own only: D's follow is not committed
+    yet, and taking D out would drop B's timeline posts from D until the next rebuild."""
+    from feather.feeds.store import fetches
+
+    app, handler, admission, clock = setup(make_app, tmp_path, actors=(A, B))
+    request = fetches.request
+
+    def another_stream_admits(subjects):
+        admission.admit([follow(B, "f1", D)])  # its batch has not written anything yet
+        return request(subjects)
+    monkeypatch.setattr(fetches, "request", another_stream_admits)
+    run(app, handler, [follow(A, "f1", C)])
+    assert sorted(admission.followees) == [C, D]

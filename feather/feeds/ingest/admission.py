@@ -56,9 +56,6 @@ class Admission:
         self.changes = 0  # followees and subjects added or dropped in memory since start (narrow.py watches it)
         self.recent: dict[str, float] = {}  # followee or reposted subject -> when admit added it
         self.pending: dict[str, float] = {}  # unfollowed subject -> when its batch noted it
-        # Subjects the last admit() added: checked in its batch's transaction (apply.py), because
-        # the store may refuse the follow that admitted them (a replayed create of a deleted follow).
-        self.admitted: set[str] = set()
         # Narrow subscriptions only (ingest/narrow.py takes and empties it): a reposted subject's
         # author -> the earliest stream time of a repost that added them, where their shard replays from.
         self.joins: dict[str, int] | None = None
@@ -142,11 +139,16 @@ class Admission:
     def wants(self, did: str) -> bool:
         return did in self.served or did in self.followees
 
-    def admit(self, events: list) -> list:
-        """The events that matter to a served actor; pure memory, no SQL."""
-        self.admitted = set()
+    def admit(self, events: list) -> tuple[list, set[str]]:
+        """The events that matter to a served actor, and the followees this call added; pure memory,
+        no SQL. The added set is the caller's to check in its batch's transaction (apply.py),
+        because the store may refuse the follow that added them (a replayed create of a deleted
+        follow). It is returned, never kept on self: the streams' batches run side by side, and
+        another stream's admit between this one and its check would hand it followees whose
+        batch has not committed, which the check would then wrongly take out."""
+        added: set[str] = set()
         if self.admits_all:
-            return events
+            return events, added
         kept = []
         for event in events:
             if isinstance(event, CommitEvent) and event.collection in self._follow_nsids:
@@ -159,7 +161,7 @@ class Admission:
                         if subject not in self.followees:
                             self.followees.add(subject)  # their posts later in this batch count too
                             self.changes += 1
-                            self.admitted.add(subject)
+                            added.add(subject)
                 kept.append(event)
             elif event.did in self.served or event.did in self.followees:
                 if (isinstance(event, CommitEvent) and event.collection in self._repost_nsids
@@ -178,4 +180,4 @@ class Admission:
                 # A record someone followed reposted, by an author nobody served follows: its
                 # edits and its delete must still reach the store and the timelines showing it.
                 kept.append(event)
-        return kept
+        return kept, added

@@ -41,19 +41,20 @@ def apply_batch(config: FeedsConfig, events, admission: Admission | None = None)
     a batch of only those runs no SQL at all (bar the filter's own version check, at most one
     primary-key read per POLL_SECS).
     """
+    added: set[str] = set()
     if admission is not None:
         admission.refresh()
-        events = admission.admit(events)
+        events, added = admission.admit(events)
         if not events:
             return 0
     serial.lock_writes()  # before any row lock: the sweeps and backfills queue behind the batch
     # Every statement below is index-bounded (the EXPLAIN guardrail); on PostgreSQL it is also
     # planned that way while statistics lag a fast-growing table (Dialect.index_planning_sql).
     with index_planned():
-        return _apply(config, events, admission)
+        return _apply(config, events, admission, added)
 
 
-def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
+def _apply(config: FeedsConfig, events, admission: Admission | None, added: set[str]) -> int:
     commits = [event for event in events if isinstance(event, CommitEvent)]
     renamed = [event.did for event in events if isinstance(event, IdentityEvent)]
     if renamed:
@@ -79,7 +80,7 @@ def _apply(config: FeedsConfig, events, admission: Admission | None) -> int:
         # come from their PDS (tasks/authors.py fetch_tick).
         admission.unfollowed(unfollowed)
         fetches.request(followed)
-    unwritten = sorted(admission.admitted - followed) if admission is not None else []
+    unwritten = sorted(added - followed)
     if unwritten:
         # Follows the filter admitted that no step of this batch wrote: already stored (a replay of a
         # kept follow) or refused (a replay of a deleted one). This transaction's view says which.
