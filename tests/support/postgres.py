@@ -3,7 +3,13 @@ holds which Feather claim."""
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
+
+# A tablespace to make the scratch databases in (FEATHER_TEST_PG_TABLESPACE; .ci/run makes one on
+# tmpfs). The PostgreSQL pass copies a database for nearly every test: on this machine's disk (ext4
+# mounted with `discard`) a copy made between drops took 0.2-0.4 s, on tmpfs 0.02 s.
+TABLESPACE = os.environ.get("FEATHER_TEST_PG_TABLESPACE", "")
 
 
 def admin(url: str, sql: str) -> None:
@@ -26,8 +32,9 @@ def scratch_database(url: str, prefix: str, before_drop=None, template: str | No
     of `template` (see migrated_template)."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     # FILE_COPY copies the template's few files; the default WAL_LOG writes every page to the WAL.
-    admin(url, f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY" if template
-          else f"CREATE DATABASE {name}")
+    where = f" TABLESPACE {TABLESPACE}" if TABLESPACE else ""
+    admin(url, f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY{where}" if template
+          else f"CREATE DATABASE {name}{where}")
     try:
         yield f"{url.rsplit('/', 1)[0]}/{name}"
     finally:
