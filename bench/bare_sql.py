@@ -41,8 +41,7 @@ TABLES = {FOLLOW: "feed_records_follow", POST: "feed_records_post", REPOST: "fee
           PROFILE: "feed_records_profile"}
 TARGETS = (POST, REPOST)
 BACKFILL = 100
-# The engine's batch while it catches up, as it does over a replayed log (tuning.py catchup_batch_events).
-BATCH_EVENTS = 2000
+BATCH_EVENTS = 500  # the engine's batch (feather/jetstream/tuning.py batch_events)
 RECORD_COLUMNS = ("uri", "did", "rkey", "cid", "record", "time_us")  # + indexed_at, arrival (clocks)
 ITEM_COLUMNS = ("actor", "uri", "collection", "time_us", "subject")
 

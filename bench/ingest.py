@@ -16,8 +16,8 @@ the 512 MB VM budget.
 
 Beside the bare socket, a second baseline, "bare SQL" (bench/bare_sql.py): the full index's final
 rows (the records tables, feed_items' fan-out, feed_tombstones) written by a minimal script, one
-prepared executemany per table and kind, one transaction per batch of the engine's 2,000 events
-(its catch-up batch: the log is a replay), on the same database kind and schema. The full index's rate is shown as a ratio to both, measured in
+prepared executemany per table and kind, one transaction per batch of the engine's 500 events, on
+the same database kind and schema. The full index's rate is shown as a ratio to both, measured in
 the same run; tests/test_bench_ingest.py checks that the baseline's rows are the service's.
 """
 from __future__ import annotations

@@ -270,7 +270,7 @@ def test_the_cursor_is_saved_with_a_batch_at_most_once_a_second(engine_for, jets
     real = store.apply_batch
     monkeypatch.setattr(store, "apply_batch", lambda sub, batch, cursor: (
         saved_with.append(cursor is not None), real(sub, batch, cursor))[1])
-    app, engine = engine_for(tuning=Tuning(batch_events=10, catchup_batch_events=10))
+    app, engine = engine_for(tuning=Tuning(batch_events=10))
     engine.start()
     stream = engine.streams["global"]
     wait_until(connected(jetstream), message="connection")

@@ -351,51 +351,21 @@ def _drain_into_cursor(stream, events):
     stream.writer.run()
 
 
-def test_a_live_batch_takes_at_most_500_events_even_when_more_arrive_while_it_fills(app):
-    """Fewer than batch_events queued when the batch starts: the stream is live, not behind, and
-    the batch stops at 500 however many arrive meanwhile."""
-    import gevent
-
+def test_a_batch_takes_at_most_500_events_and_leaves_the_rest_queued(app):
     stream = _stream(app)
-    for i in range(499):
+    for i in range(501):
         stream.state.queue.put((0, _post(i + 1, rkey=f"k{i}")))
-
-    def more():
-        for i in range(499, 520):
-            stream.state.queue.put((0, _post(i + 1, rkey=f"k{i}")))
-    gevent.spawn(more)
     batch = stream.writer.next_batch()
     assert len(batch) == 500 and batch[-1].time_us == 500
-    assert stream.state.queue.qsize() == 20
-
-
-def test_a_batch_that_starts_behind_takes_up_to_2000_events_and_leaves_the_rest_queued(app):
-    stream = _stream(app, tuning=Tuning(queue_size=4096))
-    for i in range(2001):
-        stream.state.queue.put((0, _post(i + 1, rkey=f"k{i}")))
-    batch = stream.writer.next_batch()
-    assert len(batch) == 2000 and batch[-1].time_us == 2000
     assert stream.state.queue.qsize() == 1
 
 
 def test_a_batch_takes_at_most_the_tunings_batch_events(app):
-    """Live (fewer than batch_events queued at its start): at most batch_events. Behind (a whole
-    batch queued already, exactly batch_events counts): up to catchup_batch_events, however many
-    of them were queued at the start."""
-    import gevent
-
-    stream = _stream(app, tuning=Tuning(batch_events=3, catchup_batch_events=4, batch_secs=0.05))
-    queue = stream.state.queue
-    for i in range(2):
-        queue.put((0, _post(i + 1, rkey=f"k{i}")))
-    gevent.spawn(lambda: [queue.put((0, _post(i + 1, rkey=f"k{i}"))) for i in range(2, 4)])
+    stream = _stream(app, tuning=Tuning(batch_events=3))
+    for i in range(5):
+        stream.state.queue.put((0, _post(i + 1, rkey=f"k{i}")))
     assert [e.time_us for e in stream.writer.next_batch()] == [1, 2, 3]
-    assert [e.time_us for e in stream.writer.next_batch()] == [4]
-    for i in range(4, 7):
-        queue.put((0, _post(i + 1, rkey=f"k{i}")))
-    gevent.spawn(lambda: [queue.put((0, _post(i + 1, rkey=f"k{i}"))) for i in range(7, 9)])
-    assert [e.time_us for e in stream.writer.next_batch()] == [5, 6, 7, 8]
-    assert [e.time_us for e in stream.writer.next_batch()] == [9]
+    assert stream.state.queue.qsize() == 2
 
 
 def test_the_writer_cursor_is_the_newest_event_of_the_batch_not_the_last_received(app):

@@ -26,13 +26,6 @@ class Tuning:
     # batches hold the event loop (and a SQLite write lock) longer; smaller ones pay a commit each.
     batch_events: int = 500
     batch_secs: float = 1.0
-    # While catching up (a batch starts with at least batch_events already queued: a replay after
-    # an outage, or a writer behind the stream) a batch may grow to this many. A commit and the
-    # pages it writes (the same index pages, batch after batch) are then paid once per 2,000
-    # events instead of four times: bench/ingest.py's full index went from 3,700 to 5,600 events/s
-    # on SQLite (docs/performance.md). Live batches keep batch_events, so a web request in the same
-    # process waits behind a short batch, not a long one, unless the stream is behind.
-    catchup_batch_events: int = 2000
     # The cursor rides along with a batch at most this often: saving it is a write of its own.
     cursor_save_secs: float = 1.0
     # Jetstream pings every 30 s; silence this long means a dead socket.

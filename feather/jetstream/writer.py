@@ -156,15 +156,11 @@ class Writer:
             log.exception("jetstream %s: could not save the cursor at shutdown", self.sub.name)
 
     def next_batch(self) -> list:
-        """Up to batch_events events (catchup_batch_events when a backlog is already queued), or
-        whatever arrived within batch_secs of the first one."""
+        """Up to batch_events events, or whatever arrived within batch_secs of the first one."""
         state, queue = self.state, self.state.queue
         batch: list = []
         deadline = None
-        limit = self.tuning.batch_events
-        if queue.qsize() >= limit:
-            limit = max(limit, self.tuning.catchup_batch_events)
-        while len(batch) < limit:
+        while len(batch) < self.tuning.batch_events:
             try:
                 item = queue.get_nowait()  # the common case under load: no timer
             except Empty:
