@@ -15,7 +15,7 @@ import random
 import gevent
 import gevent.event
 import pytest
-from flask import jsonify
+from flask import jsonify, request
 
 from feather import sql
 from feather.db import current_dialect, db
@@ -147,6 +147,82 @@ def test_records_as_dumps_stores_them_read_back_equal_at_random():
         assert repr(records.parse_value(text)) == repr(json.loads(text)) == repr(record)
 
 
+# --- no session for XRPC ---------------------------------------------------------------------------
+
+def test_an_xrpc_read_never_opens_the_session_cookie_a_page_does(app, monkeypatch):
+    mark_backfilled(app, A)
+    opened = []
+    real = type(app.session_interface).get_signing_serializer
+    monkeypatch.setattr(type(app.session_interface), "get_signing_serializer",
+                        lambda self, a: opened.append(request.path) or real(self, a))
+    client = app.test_client()
+    client.set_cookie(app.config.get("SESSION_COOKIE_NAME", "session"), "a.signed.cookie")
+    response = client.get(GET_FEED, query_string={"feed": "timeline", "actor": A})
+    assert response.status_code == 200 and "Set-Cookie" not in response.headers
+    assert opened == []
+    client.get("/")
+    assert opened[:1] == ["/"]
+
+
+# --- stored records copied into the answer as they are ---------------------------------------------
+
+def test_a_plain_read_copies_each_stored_record_into_the_answer_without_reading_it(app, monkeypatch):
+    mark_backfilled(app, A)
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [post(C, f"p{i}", BASE_US + i, text=f"caf\u00e9 {i}", n=i * 10 ** 20, f=-0.0) for i in range(3)])
+    with app.app_context(), db.connection_context():
+        stored = dict(sql.rows("SELECT uri, record FROM feed_records_post"))
+    read = []
+    monkeypatch.setattr(records, "parse_value", lambda text: read.append(text) or json.loads(text))
+    data = _get(app).get_data()
+    assert read == []
+    body = json.loads(data)
+    assert [r["value"]["text"] for r in body["records"]] == ["caf\u00e9 2", "caf\u00e9 1", "caf\u00e9 0"]
+    for r in body["records"]:
+        assert b'"value":' + stored[r["uri"]].encode() + b"}" in data  # byte for byte, big ints exact
+        assert repr(r["value"]) == repr(json.loads(stored[r["uri"]]))
+
+
+def test_a_read_with_labels_or_hydrated_references_reads_the_values_it_needs(app, monkeypatch):
+    mark_backfilled(app, A)
+    ingest(app, [follow(A, "f1", C)])
+    parent = f"at://{C}/{POST}/p0"
+    ingest(app, [post(C, "p0", BASE_US), post(C, "p1", BASE_US + 1, reply={
+        "root": {"uri": parent, "cid": "bafyp0"}, "parent": {"uri": parent, "cid": "bafyp0"}},
+        labels={"$type": "com.atproto.label.defs#selfLabels", "values": [{"val": "nudity"}]})])
+    body = _get(app, hydrateParent="true").json
+    assert [r.get("parent", {}).get("uri") for r in body["records"]] == [parent, None]
+    body = _get(app, labelers="did:plc:" + "l" * 24).json
+    assert [[label["val"] for label in r["labels"]] for r in body["records"]] == [["nudity"], []]
+
+
+@pytest.mark.parametrize("text", ["NaN is not a number", "Infinity and beyond", "-Infinity"])
+def test_a_post_whose_text_holds_a_word_json_once_wrote_for_a_float_is_answered_exactly(app, text):
+    ingest(app, [follow(A, "f1", C)])
+    ingest(app, [post(C, "w", BASE_US + 1, text=text)])
+    assert _get(app).json["records"][0]["value"]["text"] == text
+
+
+def test_an_answer_orjson_refuses_still_reads_its_stored_records_for_jsonify(app):
+    with app.test_request_context():
+        response = xrpc._json({"records": [{"value": records.Stored('{"text":"x","n":1}')}], "big": 2 ** 70})
+    assert json.loads(response.get_data()) == {"records": [{"value": {"text": "x", "n": 1}}], "big": 2 ** 70}
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"text":"x"}', "stored"),
+    ('{"text":"x","n":NaN}', "read"),
+    ('{"i":-Infinity}', "read"),
+    ('[1,2]', "read"),
+    ('{"text":', "read"),
+    ('{"t":"x"} trailing', "read"),
+])
+def test_only_a_text_shaped_as_dumps_writes_a_record_is_copied(text, want):
+    got = records.answer_value(text)
+    assert ("stored" if isinstance(got, records.Stored) else "read") == want
+    assert repr(got.value if want == "stored" else got) == repr(records.parse_value(text))
+
+
 # --- the answer, written by orjson ---------------------------------------------------------------
 
 def test_get_feed_answers_the_same_json_as_jsonify_did(app, monkeypatch):
@@ -159,7 +235,7 @@ def test_get_feed_answers_the_same_json_as_jsonify_did(app, monkeypatch):
     assert response.mimetype == "application/json" and response.get_data().endswith(b"\n")
     assert "caf\u00e9".encode() in response.get_data()  # UTF-8, not escaped to ASCII
     with monkeypatch.context() as m:
-        m.setattr(xrpc, "_json", jsonify)
+        m.setattr(xrpc, "_json", lambda body: jsonify(xrpc._read_stored(body)))
         before = _get(app, limit="2")
     assert b"caf\\u00e9" in before.get_data()
     body = json.loads(response.get_data())

@@ -110,7 +110,10 @@ def _sort(c: Collection, params: Mapping[str, str]) -> tuple[Queryable | None, s
     return q, order if order in ("asc", "desc") else default
 
 
-def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: Source) -> dict:
+def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: Source,
+        stored: bool = False) -> dict:
+    """One page: {"records": [...], "cursor": ...}. stored: each `value` as records.answer_value
+    gives it (the stored text, for an answer that copies it), for a caller that never reads it."""
     d = current_dialect()
     limit = parse_limit(params.get("limit"))
     where, values = list(source.where), list(source.where_params)
@@ -163,7 +166,7 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
         statement = select + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {order_by} LIMIT ?"
         bound = source.from_params + (matching[1] if matching else []) + values + [limit]
     rows = sql.rows(statement, bound)
-    out: dict[str, Any] = {"records": [format_record(c, row) for row in rows]}
+    out: dict[str, Any] = {"records": [format_record(c, row, stored) for row in rows]}
     if source.mixed:  # the last column, after the repost's
         for record, row in zip(out["records"], rows):
             record["collection"] = row[-1]
@@ -233,10 +236,10 @@ def _reason(record: dict, row) -> None:
 REASON_REPOST = "app.bsky.feed.defs#skeletonReasonRepost"
 
 
-def format_record(c: Collection, row) -> dict:
+def format_record(c: Collection, row, stored: bool = False) -> dict:
     uri, cid, did, rkey, text, time_us = row[:6]
     return {"uri": uri, "cid": cid, "did": did, "collection": c.nsid, "rkey": rkey,
-            "time_us": time_us, "value": records.parse_value(text)}
+            "time_us": time_us, "value": records.answer_value(text) if stored else records.parse_value(text)}
 
 
 def get_record(c: Collection, uri: str) -> dict | None:

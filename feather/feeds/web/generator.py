@@ -131,7 +131,7 @@ def skeleton():
     reposts.fill(app, config, feed, target, viewer, admit=lambda: budget.try_spend(app, request.remote_addr))
     source = hybrid.feed_source(config, feed, target, viewer)
     params = {"limit": str(parse_limit(request.args.get("limit"))), "cursor": request.args.get("cursor") or ""}
-    page = query.run(config, config.collections[target.short], params, source)
+    page = query.run(config, config.collections[target.short], params, source, stored=True)  # URIs only
     body: dict = {"feed": [_item(r) for r in page["records"]]}
     if page.get("cursor"):
         body["cursor"] = page["cursor"]

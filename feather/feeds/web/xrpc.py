@@ -18,7 +18,7 @@ from feather.feeds.config import FeedsConfig
 from feather.feeds.read import hybrid, labels, query, refs, reposts
 from feather.feeds.read.identities import profiles_for
 from feather.feeds.read.sources import sources_for
-from feather.feeds.store import backfills
+from feather.feeds.store import backfills, records
 from feather.feeds.tasks import authors, backfill
 from feather.feeds.web import budget, context
 from feather.feeds.web.gate import admit_reader
@@ -51,7 +51,8 @@ def _page(config: FeedsConfig, collection, params, source) -> dict:
     `labels` on each record when the caller names labelers (`labelers=`, atproto-accept-labelers)."""
     wanted = labels.requested(params.get("labelers"), request.headers.get("atproto-accept-labelers"))
     params = {k: v for k, v in params.items() if k != "labelers"}
-    out = query.run(config, collection, params, source)
+    # Labels and hydrated references read each record's value; otherwise it is copied as stored.
+    out = query.run(config, collection, params, source, stored=wanted is None and not refs.wanted(params))
     refs.hydrate(collection, out["records"], params)
     if wanted is not None:
         app = current_app._get_current_object()
@@ -136,10 +137,11 @@ def _json(body: dict):
     to ASCII) and a NaN or infinity (which no JSON can hold) as null. What orjson refuses (an
     integer past 64 bits, a lone surrogate, the types above) goes through jsonify, as before."""
     try:
-        response = current_app.response_class(orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE | _PASSTHROUGH),
-                                              mimetype="application/json")
+        response = current_app.response_class(
+            orjson.dumps(body, default=_stored, option=orjson.OPT_APPEND_NEWLINE | _PASSTHROUGH),
+            mimetype="application/json")
     except orjson.JSONEncodeError:
-        response = jsonify(body)
+        response = jsonify(_read_stored(body))
     # Once the body is written (the server closes the response), let every other connection's
     # request run before this connection's next one. On SQLite a request never waits on I/O, so
     # a keep-alive client that sent its next request at once was answered again and again while
@@ -147,6 +149,24 @@ def _json(body: dict):
     # p99 of hundreds (docs/performance.md, "Issue 36").
     response.call_on_close(gevent.sleep)
     return response
+
+
+def _stored(value):
+    """orjson's hook for what it does not write itself: a stored record goes in as its text."""
+    if isinstance(value, records.Stored):
+        return orjson.Fragment(value.text)
+    raise TypeError  # orjson raises JSONEncodeError: the answer goes through jsonify
+
+
+def _read_stored(body):
+    """body with each stored record read (for jsonify, which cannot copy a text in)."""
+    if isinstance(body, records.Stored):
+        return body.value
+    if isinstance(body, dict):
+        return {k: _read_stored(v) for k, v in body.items()}
+    if isinstance(body, list):
+        return [_read_stored(v) for v in body]
+    return body
 
 
 class ChargedKeys:
