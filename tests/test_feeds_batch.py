@@ -14,7 +14,7 @@ import random
 import pytest
 
 from feather.db import current_dialect, db
-from feather.feeds.ingest import apply
+from feather.feeds.ingest import apply, plan
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, PROFILE, FakeSources, create, delete, feeds_app, follow, iso, post, rows, toml,
@@ -241,3 +241,46 @@ def test_a_create_over_a_stored_follow_is_an_edit_and_backfills_nothing(app, ord
     result = apply_log(app, [old + [follow(reader, "f1", first, at_us=BASE_US + 10)], [moved],
                              [post(second, "new", BASE_US + 30)]], ordered_only=ordered_only)
     assert [(a, u.rsplit("/", 1)[1]) for a, u, *_ in result["feed_items"]] == [(reader, "new")]
+
+
+def test_steps_that_commute_share_a_run_whatever_lies_between_them(app):
+    """F follows S, S posts, G follows T, T posts: the two meetings need two runs, not three (the
+    greedy cut in stream order made a third when T's post met G's follow), with the per-event rows."""
+    s, t, f, g = "did:plc:ssss", "did:plc:tttt", "did:plc:ffff", "did:plc:gggg"
+    old = [post(s, "olds", BASE_US), post(t, "oldt", BASE_US + 1)]
+    batch = [follow(f, "f1", s, at_us=BASE_US + 10), post(s, "new", BASE_US + 11),
+             follow(g, "f1", t, at_us=BASE_US + 12), post(t, "new", BASE_US + 13)]
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        with db.atomic() as tx:
+            runs = plan.segments(plan.plan(config, batch).ordered)
+            tx.rollback()
+    assert [[step.uri.split("/", 2)[2] for step in run] for run in runs] == [
+        [f"{f}/app.bsky.graph.follow/f1", f"{g}/app.bsky.graph.follow/f1"],
+        [f"{s}/app.bsky.feed.post/new", f"{t}/app.bsky.feed.post/new"]]
+    reference = apply_log(app, [old, batch], ordered_only=True)
+    assert sorted((a, u.rsplit("/", 3)[1]) for a, u, *_ in reference["feed_items"]) == [
+        (f, s), (f, s), (g, t), (g, t)]  # each follower: the backfilled post, then the new one
+    assert apply_log(app, [old, batch], ordered_only=False) == reference
+
+
+def test_a_drop_after_a_gain_of_the_same_pair_waits_for_the_gains_run(app):
+    """G's follow f1 moves from U to T (an edit: it meets U's post before it, so it goes to the
+    second run); then G's other follow of T, f0, is deleted. Per event the delete leaves f1, so
+    T's rows stay. Run before the edit, the delete would find no follow of T left and take them
+    (and the edit backfills nothing)."""
+    t, u, g = "did:plc:tttt", "did:plc:uuuu", "did:plc:gggg"
+    before = [post(t, "old", BASE_US), follow(g, "f0", t, at_us=BASE_US + 1), follow(g, "f1", u, at_us=BASE_US + 2)]
+    batch = [post(u, "new", BASE_US + 10),
+             create(g, FOLLOW, "f1", {"subject": t, "createdAt": iso(BASE_US + 11)}, time_us=BASE_US + 11, op="update"),
+             delete(g, FOLLOW, "f0", time_us=BASE_US + 12)]
+    config = app.extensions["feeds"]
+    with app.app_context(), db.connection_context():
+        apply_log(app, [before], ordered_only=True)
+        with db.atomic() as tx:
+            runs = plan.segments(plan.plan(config, batch).ordered)
+            tx.rollback()
+    assert [[step.uri.rsplit("/", 1)[1] for step in run] for run in runs] == [["new"], ["f1"], ["f0"]]
+    reference = apply_log(app, [before, batch], ordered_only=True)
+    assert sorted(u_.rsplit("/", 1)[1] for a, u_, *_ in reference["feed_items"] if a == g) == ["old"]
+    assert apply_log(app, [before, batch], ordered_only=False) == reference
