@@ -140,9 +140,11 @@ class Dialect:
         per row, the document as search_document made it."""
         v = self.values_cte("v", ("uri", "doc"), rows)
         if self.is_sqlite:
+            # FTS5 takes OR REPLACE: an edited record's old words go with its old row, in one
+            # statement rather than a delete of every row first (nearly all are new).
             return [f"{v} INSERT INTO {table} (uri) SELECT uri FROM v WHERE true ON CONFLICT (uri) DO NOTHING",
-                    f"{v} DELETE FROM {table}_fts WHERE rowid IN (SELECT k.docid FROM v JOIN {table} k ON k.uri = v.uri)",
-                    f"{v} INSERT INTO {table}_fts (rowid, body) SELECT k.docid, v.doc FROM v JOIN {table} k ON k.uri = v.uri"]
+                    f"{v} INSERT OR REPLACE INTO {table}_fts (rowid, body)"
+                    f" SELECT k.docid, v.doc FROM v JOIN {table} k ON k.uri = v.uri"]
         return [f"{v} INSERT INTO {table} (uri, doc) SELECT uri, CAST(doc AS tsvector) FROM v"
                 " ON CONFLICT (uri) DO UPDATE SET doc = excluded.doc"]
 
