@@ -288,7 +288,7 @@ def test_every_search_statement_is_index_bounded(repost_app):
                 failures[name] = lines
             if d.is_sqlite and name.startswith("getFeed") and not any("INDEX 0:=M" in line for line in fts):
                 failures[name] = lines  # a timeline probes the index per row, never every match
-    assert len(pinned) == (13 if d.is_sqlite else 8) and failures == {}
+    assert len(pinned) == (12 if d.is_sqlite else 8) and failures == {}
 
 
 def _feed_items_indexes() -> set[str]:
