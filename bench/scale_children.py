@@ -61,10 +61,11 @@ def ingest(url: str, database: str, workdir: str, served: int, first_us: int, la
     from feather.db import db  # noqa: PLC0415  after monkey.patch_all()
     from feather.jetstream import store  # noqa: PLC0415  after monkey.patch_all()
     from feather.jetstream.engine import Engine  # noqa: PLC0415  after monkey.patch_all()
-    from feather.process.runtime import migrate  # noqa: PLC0415  after monkey.patch_all()
+    from feather.process.runtime import freeze_startup_objects, migrate  # noqa: PLC0415  after monkey.patch_all()
 
     app = create_app(overrides(database, workdir, served, url))
     migrate(app)
+    freeze_startup_objects()  # as `flask worker` does
     subs = [s for s in features.subscriptions(app.config["FEATHER"]) if s.name == "global"]
     with db.connection_context(), db.atomic():
         store.save_cursor("global", store.Cursor(first_us))  # replay the whole log
@@ -100,10 +101,12 @@ def reader(database: str, workdir: str, dids_file: str, rate: float, seed: int, 
     monkey.patch_all()  # first: before Feather (Flask, peewee, ssl) is imported
     from feather import create_app  # noqa: PLC0415  after monkey.patch_all()
     from feather.db import db  # noqa: PLC0415  after monkey.patch_all()
+    from feather.process.runtime import freeze_startup_objects  # noqa: PLC0415  after monkey.patch_all()
 
     dids = json.loads(Path(dids_file).read_text())
     app = create_app(overrides(database, workdir, len(dids)))
     app.extensions["feeds_sources"] = offline_sources(app)
+    freeze_startup_objects()  # as a web process does before it answers (runtime.start_web_process)
     client = app.test_client(use_cookies=False)  # a feed client sends no cookies (as bench/getfeed.py)
     rng = random.Random(seed)
     work = Path(workdir)

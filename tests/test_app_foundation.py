@@ -204,19 +204,25 @@ def test_a_web_process_applies_the_migrations_and_without_run_workers_starts_no_
     from feather.migrate import discover
     from feather.process.runtime import start_web_process
 
+    import gc
+
     app = make_app(migrate=False, DATABASE_URL=f"sqlite:///{tmp_path}/fresh.db", FEATHERREADER_RUN_WORKERS="0")
+    gc.unfreeze()
     workers = start_web_process(app)
     try:
+        assert gc.get_freeze_count() > 0  # what starting made is out of the full collections' walk
         assert workers.running is False
         with db.connection_context():
             applied = {row[0] for row in db.execute_sql("SELECT version FROM schema_version").fetchall()}
         assert applied == {m.version for m in discover()}
     finally:
         workers.stop()
+        gc.unfreeze()
 
 
 @pytest.mark.once
 def test_flask_worker_with_the_scheduler_disabled_has_nothing_to_do_and_returns(make_app, tmp_path, monkeypatch):
+    import gc
     import signal
 
     from feather.process.runtime import run_worker_process
@@ -224,8 +230,13 @@ def test_flask_worker_with_the_scheduler_disabled_has_nothing_to_do_and_returns(
     installed = []  # the handlers would outlive the test in pytest's own process
     monkeypatch.setattr(gevent, "signal_handler", lambda sig, handler: installed.append(sig))
     app = make_app(migrate=False, DATABASE_URL=f"sqlite:///{tmp_path}/fresh.db", FEATHERREADER_DISABLE_SCHEDULER="1")
-    with gevent.Timeout(20):  # a guard only: the standby loop would wait for a signal forever
-        run_worker_process(app)
+    gc.unfreeze()
+    try:
+        with gevent.Timeout(20):  # a guard only: the standby loop would wait for a signal forever
+            run_worker_process(app)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
     assert sorted(installed) == sorted([signal.SIGTERM, signal.SIGINT])
 
 
