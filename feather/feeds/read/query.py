@@ -166,13 +166,7 @@ def run(config: FeedsConfig, c: Collection, params: Mapping[str, str], source: S
         statement = select + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {order_by} LIMIT ?"
         bound = source.from_params + (matching[1] if matching else []) + values + [limit]
     rows = sql.rows(statement, bound)
-    out: dict[str, Any] = {"records": [format_record(c, row, stored) for row in rows]}
-    if source.mixed:  # the last column, after the repost's
-        for record, row in zip(out["records"], rows):
-            record["collection"] = row[-1]
-    if source.reposts:
-        for record, row in zip(out["records"], rows):
-            _reason(record, row[:-1] if source.mixed else row)
+    out: dict[str, Any] = {"records": _records(c, rows, source, stored)}
     if len(rows) == limit:
         last = rows[-1]
         valued = sort_field is not None or matching is not None
@@ -224,13 +218,24 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _reason(record: dict, row) -> None:
-    """A row a repost brought: the record keeps its own time; `reason` says which repost, whose,
-    and when (the time the feed orders it by)."""
-    record["time_us"] = row[-1]
-    if row[6] != row[0]:
-        record["reason"] = {"$type": REASON_REPOST, "repost": row[6], "by": row[6].split("/")[2],
-                            "time_us": row[5]}
+def _records(c: Collection, rows: list, source: Source, stored: bool) -> list[dict]:
+    """The page's rows as records (format_record's shape), in one pass: this runs for every row
+    of every read. A mixed source's last column is the row's collection; a repost source's last
+    before it is the record's own time, which the record keeps, and a row a repost brought (its
+    key, row[6], is the repost's URI) says in `reason` which repost, whose, and when (the time
+    the feed orders it by)."""
+    value = records.answer_value if stored else records.parse_value
+    nsid, mixed, reposts = c.nsid, source.mixed, source.reposts
+    out = []
+    for row in rows:
+        record = {"uri": row[0], "cid": row[1], "did": row[2], "collection": row[-1] if mixed else nsid,
+                  "rkey": row[3], "time_us": (row[-2] if mixed else row[-1]) if reposts else row[5],
+                  "value": value(row[4])}
+        if reposts and row[6] != row[0]:
+            record["reason"] = {"$type": REASON_REPOST, "repost": row[6], "by": row[6].split("/")[2],
+                                "time_us": row[5]}
+        out.append(record)
+    return out
 
 
 REASON_REPOST = "app.bsky.feed.defs#skeletonReasonRepost"
