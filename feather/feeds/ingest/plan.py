@@ -200,33 +200,35 @@ def segments(steps: list[Step]) -> list[list[Step]]:
     at every meeting: a busy account followed and posting through a batch cost a run per meeting
     even when its meetings and another account's could share runs (the ingest bench: 961 runs in
     200 batches against 577 this way; each run costs its own statements)."""
-    after: dict[tuple, int] = {}  # key -> the latest run a step with it went to
+    after: dict[tuple, int] = {}  # (kind, value) -> the latest run a step of that kind went to
     runs: list[list[Step]] = []
     for s in steps:
-        touched = {x for x in (s.subject_before, s.subject_after) if x} if s.is_follow else set()
+        kinds = _kinds(s)
         run = after.get(("uri", s.uri), 0)
-        strictly = []  # keys whose latest run this step must come after
-        if s.is_target:
-            strictly.append(("touches", s.event.did))
-        strictly += [("target", x) for x in touched]
-        if s.gains:
-            strictly.append(("dropped", (s.event.did, s.gains)))
-        if s.unfollows:
-            strictly.append(("gained", (s.event.did, s.unfollows)))
-        for key in strictly:
-            if key in after:
-                run = max(run, after[key] + 1)
+        for kind, value in kinds:  # strictly after every earlier step this one meets
+            met = after.get((MEETS[kind], value))
+            if met is not None:
+                run = max(run, met + 1)
         if run == len(runs):
             runs.append([])
         runs[run].append(s)
-        marks = [("uri", s.uri)]
-        if s.is_target:
-            marks.append(("target", s.event.did))
-        marks += [("touches", x) for x in touched]
-        if s.gains:
-            marks.append(("gained", (s.event.did, s.gains)))
-        if s.unfollows:
-            marks.append(("dropped", (s.event.did, s.unfollows)))
-        for key in marks:
+        for key in [("uri", s.uri), *kinds]:
             after[key] = max(after.get(key, 0), run)
     return runs
+
+
+# A step of each kind meets the earlier steps of the other kind with the same value.
+MEETS = {"target": "touches", "touches": "target", "gained": "dropped", "dropped": "gained"}
+
+
+def _kinds(s: Step) -> list[tuple[str, object]]:
+    """What a step is, for the meetings: a target step by an account, a follow step touching one,
+    a pair (follower, subject) gained or dropped."""
+    out: list[tuple[str, object]] = [("target", s.event.did)] if s.is_target else []
+    if s.is_follow:
+        out += [("touches", x) for x in {s.subject_before, s.subject_after} if x]
+    if s.gains:
+        out.append(("gained", (s.event.did, s.gains)))
+    if s.unfollows:
+        out.append(("dropped", (s.event.did, s.unfollows)))
+    return out
