@@ -84,6 +84,7 @@ ALLOWED = {
     "feather/feeds/read/apps.py::KINDS": CONSTANT,
     "feather/feeds/read/apps.py::_RENDERERS": CONSTANT,
     "feather/feeds/read/refs.py::REFS": CONSTANT,
+    "feather/feeds/ingest/plan.py::MEETS": CONSTANT,
     "feather/feeds/web/reader_feed.py::KINDS": CONSTANT,
     "feather/atproto/crypto.py::_CURVES": CONSTANT,
     "feather/atproto/crypto.py::_ORDERS": CONSTANT,
