@@ -22,8 +22,8 @@ whose author no other kind of step in the batch touches. Every step of a URI goe
 way, so a URI's own steps stay in order. The ordered steps are then put in the fewest runs in
 which the same rule holds, each step after every earlier one it meets (segments), and each run
 is written set-based too: a busy account followed and posting in every batch costs a few
-runs, not a few statements per event. tests/test_feeds_batch.py checks all of it by applying random batches
-both ways and comparing every table.
+runs, not a few statements per event. tests/test_feeds_batch.py checks all of it by applying
+random batches both ways and comparing every table.
 """
 from __future__ import annotations
 

@@ -241,10 +241,10 @@ def _records(c: Collection, rows: list, source: Source, stored: bool) -> list[di
 REASON_REPOST = "app.bsky.feed.defs#skeletonReasonRepost"
 
 
-def format_record(c: Collection, row, stored: bool = False) -> dict:
+def format_record(c: Collection, row) -> dict:
     uri, cid, did, rkey, text, time_us = row[:6]
     return {"uri": uri, "cid": cid, "did": did, "collection": c.nsid, "rkey": rkey,
-            "time_us": time_us, "value": records.answer_value(text) if stored else records.parse_value(text)}
+            "time_us": time_us, "value": records.parse_value(text)}
 
 
 def get_record(c: Collection, uri: str) -> dict | None:
