@@ -236,6 +236,27 @@ def test_a_reposted_post_that_no_longer_exists_is_remembered_as_deleted(admitted
     assert len(sources.calls) == calls  # not asked again
 
 
+def test_a_read_looks_for_missing_reposted_posts_only_in_its_pages_window_of_reposts(admitted):
+    from feather.feeds.read import reposts as read_reposts
+    app, sources = admitted
+    q1 = {"$type": POST, "text": "from afar", "createdAt": iso(BASE_US + 5)}
+    sources.repos[(D, POST)] = [("q1", cid_of(q1), q1)]
+    ingest(app, [follow(A, "f2", C)])
+    ingest(app, [repost(C, "old", puri(D, "q1"), BASE_US + 5)])  # D's post: never stored here
+    n = read_reposts.WINDOW
+    ingest(app, [post(C, f"p{i}", BASE_US + 100 + i) for i in range(n)]
+           + [repost(C, f"r{i}", puri(C, f"p{i}"), BASE_US + 1_000 + i) for i in range(n)])
+    first = feed(app, limit=n)
+    # The newest WINDOW repost rows all show stored posts: the one past them is not looked for.
+    assert ("get", D, POST) not in sources.calls
+    assert len(first["records"]) == n
+    assert rows(app, "SELECT count(*) FROM feed_records_post") == [(n,)]
+    # The next page's read looks below its cursor, finds D's post missing, and fetches it.
+    second = feed(app, limit=n, cursor=first["cursor"])
+    assert ("get", D, POST) in sources.calls
+    assert shown(second) == [(puri(D, "q1"), C, BASE_US + 5)]
+
+
 # --- the skeleton and the page ------------------------------------------------------------------
 
 def test_the_page_says_who_reposted_it_by_name_and_shows_the_posts_own_time(app):

@@ -21,6 +21,7 @@ from feather import sql
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
 from feather.db import db
 from feather.feeds.config import Collection, Feed, FeedsConfig, Target
+from feather.feeds.read import cursor as cursors
 from feather.feeds.read import query
 from feather.feeds.read.sources import SourceError, sources_for
 from feather.feeds.store import items, records, serial
@@ -48,16 +49,21 @@ def feed_source(actor: str, target: Target, repost: Target, c: Collection) -> qu
                         t="f.time_us", u="f.uri", reposts=True)
 
 
-def missing(config: FeedsConfig, target: Target, repost: Target, actor: str, limit: int) -> list[str]:
-    """Records the reader's newest reposts show that the store lacks (a repost of someone the
-    reader does not follow, written before anything of theirs was kept): fetched at read time."""
+def missing(config: FeedsConfig, target: Target, repost: Target, actor: str, limit: int,
+            before_us: int | None = None) -> list[str]:
+    """Records the reader's newest reposts (up to the page's cursor time) show that the store
+    lacks (a repost of someone the reader does not follow, written before anything of theirs was
+    kept): fetched at read time. Only the newest WINDOW repost rows are looked at."""
     table = config.collections[target.short].table
-    return [row[0] for row in sql.rows(*items.missing_reposted_sql(repost, table, actor, limit))]
+    return [row[0] for row in sql.rows(*items.missing_reposted_sql(repost, table, actor, limit, WINDOW, before_us))]
 
 
 # --- fetching what a repost shows ---------------------------------------------------------------
 
 MAX_FETCHES = 10  # per read, like identities.MAX_LOOKUPS
+# Repost rows a read looks at: getFeed's largest page. A repost further down shows on a later page,
+# whose read (its cursor) looks there.
+WINDOW = 100
 FETCH_CONCURRENCY = 5
 FETCH_DEADLINE_S = 2.0
 RETRY_S = 600.0  # a record whose PDS failed is not asked again for this long (per process)
@@ -65,12 +71,19 @@ MAX_REMEMBERED = 10_000
 _failed: dict[str, float] = {}  # uri -> monotonic time it may be asked again (bounded)
 
 
-def fill_read(app, config: FeedsConfig, feed: Feed, target: Target | None, actor: str, admit=None) -> int:
-    """fill() for what a read shows: its target, or (None) every target of a mixed feed."""
-    return sum(fill(app, config, feed, t, actor, admit) for t in ([target] if target is not None else feed.shown))
+def fill_read(app, config: FeedsConfig, feed: Feed, target: Target | None, actor: str, admit=None,
+              cursor: str | None = None) -> int:
+    """fill() for what a read shows: its target, or (None) every target of a mixed feed; `cursor`,
+    the page's, moves the window of reposts looked at down to that page (a time-ordered cursor;
+    any other kind reads the newest)."""
+    page = cursors.decode(cursor, "time")
+    before_us = page.t if page is not None else None
+    return sum(fill(app, config, feed, t, actor, admit, before_us)
+               for t in ([target] if target is not None else feed.shown))
 
 
-def fill(app, config: FeedsConfig, feed: Feed, target: Target, actor: str, admit=None) -> int:
+def fill(app, config: FeedsConfig, feed: Feed, target: Target, actor: str, admit=None,
+         before_us: int | None = None) -> int:
     """Fetch the records the reader's newest reposts show and the store lacks, from each author's
     PDS (at most MAX_FETCHES, each paid from the outbound budget by `admit`), then store them in
     one short transaction: found ones as records (the timelines show them at once), deleted ones
@@ -79,7 +92,7 @@ def fill(app, config: FeedsConfig, feed: Feed, target: Target, actor: str, admit
     if repost is None:
         return 0
     now = time.monotonic()
-    wanted = [uri for uri in missing(config, target, repost, actor, MAX_FETCHES * 3)
+    wanted = [uri for uri in missing(config, target, repost, actor, MAX_FETCHES * 3, before_us)
               if _failed.get(uri, 0.0) <= now][:MAX_FETCHES]
     work = []
     for uri in wanted:

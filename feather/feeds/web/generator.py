@@ -128,7 +128,8 @@ def skeleton():
     app = current_app._get_current_object()
     backfill.maybe_start(app, config, feed, viewer, admit=lambda: budget.try_spend(app, request.remote_addr))
     target = post_target(feed)
-    reposts.fill(app, config, feed, target, viewer, admit=lambda: budget.try_spend(app, request.remote_addr))
+    reposts.fill_read(app, config, feed, target, viewer, admit=lambda: budget.try_spend(app, request.remote_addr),
+                      cursor=request.args.get("cursor"))
     source = hybrid.feed_source(config, feed, target, viewer)
     params = {"limit": str(parse_limit(request.args.get("limit"))), "cursor": request.args.get("cursor") or ""}
     page = query.run(config, config.collections[target.short], params, source, stored=True)  # URIs only

@@ -84,9 +84,10 @@ def _context() -> dict:
     app = current_app._get_current_object()
     # Signing in already started this; a page view only restarts one that failed and is due again.
     backfill.maybe_start(app, config, feed, did)
-    reposts.fill_read(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
     limit = timeline.page_size(request.args.get("limit"))
     cursor = request.args.get("cursor") or None
+    reposts.fill_read(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr),
+                      cursor=cursor)
     q, search_error = _query(), None
     try:
         entries, older, top = timeline.read(app, config, feed, did, cursor, limit, target=target, search=q)

@@ -99,7 +99,8 @@ def get_feed():
         target = matches[0]
     params = {k: v for k, v in request.args.items() if k not in STRIPPED}
     collection = config.collections[(target or feed.shown[0]).short]
-    reposts.fill_read(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr))
+    reposts.fill_read(app, config, feed, target, did, admit=lambda: budget.try_spend(app, request.remote_addr),
+                      cursor=request.args.get("cursor"))
     source = hybrid.feed_source(config, feed, target, did)
     author = request.args.get("did")
     if author is not None:  # Contrail's author filter: the feed's records by this one account
