@@ -25,7 +25,7 @@ from feather.jetstream.events import MAX_FRAME_BYTES, DecodeError, decode
 from feather.jetstream.state import StreamState
 from feather.jetstream.subscriptions import Subscription, validate_dids
 from feather.jetstream.tuning import Tuning
-from feather.jetstream.writer import Writer
+from feather.jetstream.writer import Writer, yield_to_io
 from feather.outbound.websocket import FrameTooLarge, open_websocket
 from feather.process.status import Board
 from feather.process.supervisor import Piece, supervise
@@ -259,6 +259,7 @@ class Stream:
         state, stats, stopping = self.state, self.state.stats, self.state.stopping
         generation = state.generation
         grace = self.tuning.queue_full_grace_secs
+        every = self.tuning.reader_yield_frames
         while not stopping.is_set() and not self.paused.is_set():
             try:
                 opcode, frame = ws.recv_data()  # bytes: decoding is the pure step's job
@@ -276,6 +277,8 @@ class Stream:
                 stats["ignored"] += 1  # we never ask for compression, so binary is noise
                 continue
             stats["frames"] += 1  # what the subscription costs on the wire (/admin, bench/narrow.py)
+            if every and stats["frames"] % every == 0:
+                yield_to_io()  # Tuning.reader_yield_frames
             stats["bytes"] += len(frame)
             try:
                 event = decode(frame)

@@ -22,6 +22,11 @@ class Tuning:
     # that a flush empties is momentary (replay arrives faster than any writer); one that stays
     # full is the sustained fullness the drop is for. 0 drops at once.
     queue_full_grace_secs: float = 1.0
+    # While it drains a backlog (a catch-up: the socket always has the next frame) the reader lets
+    # the loop poll after this many frames. Otherwise it decoded until the queue was full (a whole
+    # batch): a writer whose PostgreSQL statement had finished, or a web request in the same
+    # process, waited for all of it. 0 never yields between frames.
+    reader_yield_frames: int = 32
     # A batch is one transaction: 500 events or one second of them, whichever comes first. Larger
     # batches hold the event loop (and a SQLite write lock) longer; smaller ones pay a commit each.
     batch_events: int = 500
