@@ -82,14 +82,6 @@ class Dialect:
                     f" WHERE {match} ORDER BY {order} LIMIT ?)")
         return f"CROSS JOIN LATERAL (SELECT * FROM {table} {inner} WHERE {match} ORDER BY {order} LIMIT ?) {alias}"
 
-    def indexed_by(self, index: str) -> str:
-        """` INDEXED BY index` after a table on SQLite, where the planner (no statistics kept) can
-        pick the wrong one of two indexes that both match; PostgreSQL plans from its statistics
-        and has no such clause. A missing index makes SQLite refuse the statement, not scan."""
-        if not index.replace("_", "").isalnum():
-            raise ValueError(f"unsafe identifier: {index!r}")
-        return f" INDEXED BY {index}" if self.is_sqlite else ""
-
     # --- expressions
     def json_text(self, column: str, key: str) -> str:
         """A top-level JSON member as text, usable in an expression index on both databases."""

@@ -324,18 +324,10 @@ def _uses(lines: list[str], indexes: set[str]) -> list[str]:
 
 
 # The same for the feeds that show reposts (the built-in config): the page's "a newer row shows
-# this record" probes use the reader's reposts by subject (feed_items_reader_reposts, migration
-# 0055, SQLite only; the partial subject index on PostgreSQL) and, for its own row, the uri index
-# (SQLite) or the page key's (actor, collection) prefix (PostgreSQL; both are bounded). The records
-# sweep keeps a record still reposted into anyone's feed: that lookup by record alone is the
-# partial subject index's.
+# this record" probes use the partial subject index (reposts of it) and, for its own row, the uri
+# index (SQLite) or the page key's (actor, collection) prefix (PostgreSQL; both are bounded).
 JUSTIFIED_REPOSTS = {
-    "getFeed page with reposts": ["KEY", "feed_items_reader_reposts"],
-    "records trim author, reposted kept": ["feed_items_subject"],
-}
-JUSTIFIED_REPOSTS_PG = {
     "getFeed page with reposts": ["KEY", "feed_items_subject"],
-    "records trim author, reposted kept": ["feed_items_subject"],
 }
 
 
@@ -346,13 +338,12 @@ def test_every_feed_items_index_is_the_one_a_pinned_statement_uses(app, repost_a
         indexes = _feed_items_indexes()
         pinned = statements(config)
         uses = {name: _uses(plan(*pinned[name][0]), indexes) for name in JUSTIFIED}
-    justified_reposts = JUSTIFIED_REPOSTS if current_dialect().is_sqlite else JUSTIFIED_REPOSTS_PG
     with repost_app.app_context(), db.connection_context():
         pinned = repost_statements(repost_app.extensions["feeds"])
         uses.update({name: [i for i in _uses(plan(*pinned[name][0]), indexes) if i != "feed_items_uri"]
-                     for name in justified_reposts})
+                     for name in JUSTIFIED_REPOSTS})
     expected = {name: sorted(key if index == "KEY" else index for index in used)
-                for name, used in {**JUSTIFIED, **justified_reposts}.items()}
+                for name, used in {**JUSTIFIED, **JUSTIFIED_REPOSTS}.items()}
     assert uses == expected
     assert indexes | ({"KEY"} if key == "KEY" else set()) == {i for used in expected.values() for i in used}
 

@@ -19,7 +19,7 @@ from gevent.pool import Pool
 
 from feather import sql
 from feather.atproto.syntax import InvalidSyntax, is_valid_did, parse_at_uri
-from feather.db import current_dialect, db
+from feather.db import db
 from feather.feeds.config import Collection, Feed, FeedsConfig, Target
 from feather.feeds.read import cursor as cursors
 from feather.feeds.read import query
@@ -35,9 +35,7 @@ def newest_clause(target: Target, repost: Target) -> tuple[str, list]:
     """Row f is the newest of the reader's rows showing its record: no newer repost of it, and (for
     a repost row) no newer row of the record itself."""
     shown = "COALESCE(f.subject, f.uri)"
-    # By reader first (feed_items_reader_reposts): a page's probes share a few leaf pages.
-    by_reader = current_dialect().indexed_by("feed_items_reader_reposts")
-    return (f"NOT EXISTS (SELECT 1 FROM feed_items g{by_reader} WHERE g.actor = f.actor AND g.subject = {shown}"
+    return (f"NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.subject = {shown} AND g.actor = f.actor"
             f" AND g.collection = ? AND {NEWER})"
             f" AND (f.subject IS NULL OR NOT EXISTS (SELECT 1 FROM feed_items g WHERE g.uri = f.subject"
             f" AND g.actor = f.actor AND g.collection = ? AND {NEWER}))", [repost.nsid, target.nsid])
