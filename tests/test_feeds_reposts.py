@@ -257,6 +257,29 @@ def test_a_read_looks_for_missing_reposted_posts_only_in_its_pages_window_of_rep
     assert shown(second) == [(puri(D, "q1"), C, BASE_US + 5)]
 
 
+def test_the_timeline_page_looks_for_missing_reposted_posts_below_its_cursor_too(admitted):
+    import html
+    import re
+
+    from feather.feeds.read import reposts as read_reposts
+    from tests.test_sync_views import sign_in
+    app, sources = admitted
+    q1 = {"$type": POST, "text": "from afar", "createdAt": iso(BASE_US + 5)}
+    sources.repos[(D, POST)] = [("q1", cid_of(q1), q1)]
+    ingest(app, [follow(A, "f2", C), repost(C, "old", puri(D, "q1"), BASE_US + 5)])
+    n = read_reposts.WINDOW
+    ingest(app, [post(C, f"p{i}", BASE_US + 100 + i) for i in range(n)]
+           + [repost(C, f"r{i}", puri(C, f"p{i}"), BASE_US + 1_000 + i) for i in range(n)])
+    client = app.test_client()
+    sign_in(app, client, did=A, handle="alice.test")
+    first = client.get(f"/timeline?limit={n}").text
+    assert ("get", D, POST) not in sources.calls
+    older = html.unescape(re.search(r'<li class="more"><a href="([^"]+)"', first).group(1))
+    second = client.get(older).text
+    assert ("get", D, POST) in sources.calls
+    assert "from afar" in second
+
+
 # --- the skeleton and the page ------------------------------------------------------------------
 
 def test_the_page_says_who_reposted_it_by_name_and_shows_the_posts_own_time(app):
@@ -358,6 +381,38 @@ def test_the_skeleton_carries_the_repost_reason_in_getfeeds_order(make_app, tmp_
     assert body == {"feed": [{"post": puri(D, "q1"), "reason": {"$type": REASON, "repost": ruri(C, "r1")}},
                              {"post": puri(B, "p1")}]}
     assert [r["uri"] for r in feed(app)["records"]] == [i["post"] for i in body["feed"]]
+    join_backfills(app)
+
+
+def test_the_skeleton_looks_for_missing_reposted_posts_below_its_cursor(make_app, tmp_path):
+    from feather.feeds.read import reposts as read_reposts
+    from tests.test_feed_generator import PUBLIC, SERVICE, SKELETON, remember_published
+    from tests.test_feeds_auth import P256, mint
+
+    q1 = {"$type": POST, "text": "from afar", "createdAt": iso(BASE_US + 5)}
+    sources = FakeSources(keys={A: P256.public_key()})
+    sources.repos[(D, POST)] = [("q1", cid_of(q1), q1)]
+    app = feeds_app(make_app, tmp_path, sources=sources, FEATHERREADER_PUBLIC_URL=PUBLIC)
+    with app.app_context(), db.connection_context(), db.atomic():
+        for name in ("timeline", "posts"):
+            db.execute_sql(_q("INSERT INTO feed_backfills (actor, feed, completed) VALUES (?, ?, 1)"), (A, name))
+    generator = f"at://{A}/app.bsky.feed.generator/following"
+    remember_published(app, uri=generator, feed="timeline")
+    n = read_reposts.WINDOW
+    ingest(app, [follow(A, "f2", C), repost(C, "old", puri(D, "q1"), BASE_US + 5)])
+    ingest(app, [post(C, f"p{i}", BASE_US + 100 + i) for i in range(n)]
+           + [repost(C, f"r{i}", puri(C, f"p{i}"), BASE_US + 1_000 + i) for i in range(n)])
+
+    def skeleton(**params):
+        token = mint(P256, iss=A, aud=SERVICE, lxm=SKELETON)
+        return app.test_client().get(f"/xrpc/{SKELETON}", headers={"Authorization": f"Bearer {token}"},
+                                     query_string={"feed": generator, "limit": n, **params}).json
+
+    first = skeleton()
+    assert len(first["feed"]) == n and ("get", D, POST) not in sources.calls
+    second = skeleton(cursor=first["cursor"])
+    assert ("get", D, POST) in sources.calls
+    assert second["feed"] == [{"post": puri(D, "q1"), "reason": {"$type": REASON, "repost": ruri(C, "old")}}]
     join_backfills(app)
 
 
