@@ -277,9 +277,9 @@ class Stream:
                 stats["ignored"] += 1  # we never ask for compression, so binary is noise
                 continue
             stats["frames"] += 1  # what the subscription costs on the wire (/admin, bench/narrow.py)
+            stats["bytes"] += len(frame)
             if every and stats["frames"] % every == 0:
                 yield_to_io()  # Tuning.reader_yield_frames
-            stats["bytes"] += len(frame)
             try:
                 event = decode(frame)
             except DecodeError as exc:

@@ -96,14 +96,14 @@ def missing_reposted_sql(repost: Target, reposted_table: str, actor: str, limit:
     time, when given), those whose reposted record is not stored (nor known deleted). The window
     keeps a read's cost to a page's worth of rows: unbounded, a reader whose reposts all show
     walked every repost row they have, on every read."""
-    older = " AND f.time_us <= ?" if before_us is not None else ""
+    older, below = (" AND f.time_us <= ?", [before_us]) if before_us is not None else ("", [])
     return (f"SELECT w.subject FROM (SELECT f.subject, f.time_us, f.uri FROM feed_items f"
             f" WHERE f.actor = ? AND f.collection = ? AND f.subject IS NOT NULL{older}"
             f" ORDER BY f.time_us DESC, f.uri ASC LIMIT ?) w"
             f" WHERE NOT EXISTS (SELECT 1 FROM {reposted_table} p WHERE p.uri = w.subject)"
             f" AND NOT EXISTS (SELECT 1 FROM feed_tombstones s WHERE s.uri = w.subject)"
             f" ORDER BY w.time_us DESC, w.uri ASC LIMIT ?",
-            (actor, repost.nsid, *([before_us] if before_us is not None else []), window, limit))
+            (actor, repost.nsid, *below, window, limit))
 
 
 # --- ingest's batch statements (ingest/batch.py) -------------------------------------------------
