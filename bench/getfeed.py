@@ -190,48 +190,50 @@ def in_process(path: Path, workdir: Path, actors: int, rounds: int, rng: random.
     client = app.test_client(use_cookies=False)
     out = {"run": [], "bare": [], "request": [], "contrail": [], "contrail_request": [], "mismatches": 0}
     feed_lat, bare_lat = out["run"], out["bare"]
-    with app.app_context(), db.connection_context():
+    with app.app_context():
         config = app.extensions["feeds"]
         feed = config.feeds["timeline"]
         target = feed.targets[0]
         c = config.collections[target.short]
-        bare_sql = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, f.time_us, f.uri FROM feed_items f"
-                    f" JOIN {c.table} r ON r.uri = f.uri WHERE f.actor = ? AND f.collection = ?"
-                    f" ORDER BY f.time_us DESC, f.uri ASC LIMIT 50")
-        for round_ in range(rounds + 1):  # the first round warms both caches and is not counted
-            feather_pages = []
-            for actor in picks:
+    bare_sql = (f"SELECT r.uri, r.cid, r.did, r.rkey, r.record, f.time_us, f.uri FROM feed_items f"
+                f" JOIN {c.table} r ON r.uri = f.uri WHERE f.actor = ? AND f.collection = ?"
+                f" ORDER BY f.time_us DESC, f.uri ASC LIMIT 50")
+    for round_ in range(rounds + 1):  # the first round warms both caches and is not counted
+        feather_pages = []
+        for actor in picks:
+            # The page in a context of its own, closed before the request: the request then
+            # pushes its own, and checks its connection out of the pool and back in, as a
+            # served request does (no greenlet of its own to spawn, no state shared with this loop).
+            with app.app_context(), db.connection_context():
                 started = time.perf_counter()
                 page = query.run(config, c, {"limit": "50"}, hybrid.feed_source(config, feed, target, actor))
                 took = time.perf_counter() - started
-                if len(page["records"]) != 50:
-                    raise SystemExit(f"{actor}: {len(page['records'])} records, expected 50")
-                started = time.perf_counter()
-                rows = raw.execute(bare_sql, (actor, target.nsid)).fetchall()
-                bare = time.perf_counter() - started
-                if [r[0] for r in rows] != [r["uri"] for r in page["records"]]:
-                    raise SystemExit(f"{actor}: the bare query read another page")
-                feather_pages.append([r["uri"] for r in page["records"]])
-                # In a greenlet of its own: the request opens and closes its own connection (peewee's
-                # state is per greenlet), as a served request does, and leaves this loop's alone.
-                started = time.perf_counter()
-                response = gevent.spawn(client.get, FEED_URL.format(actor=actor)).get()
-                body = response.get_data()
-                whole = time.perf_counter() - started
-                if response.status_code != 200 or [r["uri"] for r in json.loads(body)["records"]] != feather_pages[-1]:
-                    raise SystemExit(f"{actor}: the test client's getFeed answered {response.status_code}"
-                                     f" {body[:200]!r}, not the page")
-                if round_:
-                    feed_lat.append(took)
-                    bare_lat.append(bare)
-                    out["request"].append(whole)
-            if shape:
-                theirs = shape.round(picks)
-                out["mismatches"] += sum(t != ours for t, ours in zip(theirs["pages"], feather_pages))
-                out["mismatches"] += sum(t != ours for t, ours in zip(theirs["request_pages"], feather_pages))
-                if round_:
-                    out["contrail"] += theirs["seconds"]
-                    out["contrail_request"] += theirs["request_seconds"]
+            if len(page["records"]) != 50:
+                raise SystemExit(f"{actor}: {len(page['records'])} records, expected 50")
+            started = time.perf_counter()
+            rows = raw.execute(bare_sql, (actor, target.nsid)).fetchall()
+            bare = time.perf_counter() - started
+            if [r[0] for r in rows] != [r["uri"] for r in page["records"]]:
+                raise SystemExit(f"{actor}: the bare query read another page")
+            feather_pages.append([r["uri"] for r in page["records"]])
+            started = time.perf_counter()
+            response = client.get(FEED_URL.format(actor=actor))
+            body = response.get_data()
+            whole = time.perf_counter() - started
+            if response.status_code != 200 or [r["uri"] for r in json.loads(body)["records"]] != feather_pages[-1]:
+                raise SystemExit(f"{actor}: the test client's getFeed answered {response.status_code}"
+                                 f" {body[:200]!r}, not the page")
+            if round_:
+                feed_lat.append(took)
+                bare_lat.append(bare)
+                out["request"].append(whole)
+        if shape:
+            theirs = shape.round(picks)
+            out["mismatches"] += sum(t != ours for t, ours in zip(theirs["pages"], feather_pages))
+            out["mismatches"] += sum(t != ours for t, ours in zip(theirs["request_pages"], feather_pages))
+            if round_:
+                out["contrail"] += theirs["seconds"]
+                out["contrail_request"] += theirs["request_seconds"]
     raw.close()
     return out
 

@@ -236,3 +236,17 @@ def test_a_forged_numeric_sort_value_in_a_cursor_reads_a_page_not_a_500(app, cli
 
     expected = ["p3", "p2", "p1"] if PG_URL else []  # SQLite compares the number with the text: nothing sorts below it
     assert [r["rkey"] for r in response.json["records"]] == expected
+
+
+def test_a_time_cursor_is_compact_utf8_json_in_contrails_key_order():
+    """Contrail's cursor is JSON.stringify({t, u, k}) in base64url: no spaces, keys in that order,
+    text as UTF-8 (not \\u-escaped), no padding. Both writers (orjson for a time cursor, json for a
+    field sort's) must give those bytes."""
+    from feather.feeds.read import cursor as cursors
+
+    text = cursors.encode(1733500000000001, "at://did:plc:ünï/app.bsky.feed.post/3k", "time")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    assert raw == '{"t":1733500000000001,"u":"at://did:plc:ünï/app.bsky.feed.post/3k","k":"time"}'.encode()
+    valued = cursors.encode(7, "at://x/y/z", "field:year", 1999, with_v=True)
+    raw = base64.urlsafe_b64decode(valued + "=" * (-len(valued) % 4))
+    assert raw == b'{"t":7,"u":"at://x/y/z","v":1999,"k":"field:year"}'
