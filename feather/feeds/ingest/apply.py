@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 def apply_commits(config: FeedsConfig, commits: list[CommitEvent]) -> plan.Plan:
     """Apply a batch's commits; the plan's steps are those that changed something."""
-    p = plan.plan(config, commits)
-    now = sql.now_us()
-    batch.write(config, p.grouped, now)
-    for run in plan.segments(p.ordered):
-        batch.write(config, run, now)
+    with sql.one_round_trip():  # the writes go with the next read, or all at the end
+        p = plan.plan(config, commits)
+        now = sql.now_us()
+        batch.write(config, p.grouped, now)
+        for run in plan.segments(p.ordered):
+            batch.write(config, run, now)
     return p
 
 
@@ -50,7 +51,8 @@ def apply_batch(config: FeedsConfig, events, admission: Admission | None = None)
     serial.lock_writes()  # before any row lock: the sweeps and backfills queue behind the batch
     # Every statement below is index-bounded (the EXPLAIN guardrail); on PostgreSQL it is also
     # planned that way while statistics lag a fast-growing table (Dialect.index_planning_sql).
-    with index_planned():
+    # Its writes reach PostgreSQL with the next read, or all together at the end (sql.write).
+    with index_planned(), sql.one_round_trip():
         return _apply(config, events, admission, added)
 
 

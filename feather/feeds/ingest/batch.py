@@ -128,7 +128,7 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
     if not config.feeds:
         return
     for chunk in _chunked(sorted(net.removed), 1):
-        sql.execute(*items.remove_targets_sql(chunk))
+        sql.write(*items.remove_targets_sql(chunk))
     # After the records writes: the remaining-follow check sees the follows these steps left.
     # One statement per set of justifying follow tables (one set, with the built-in feeds).
     justifying = items.justifying_tables(config)
@@ -137,9 +137,9 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
         by_tables.setdefault(tuple(sorted(justifying[triple[2]])), []).append(triple)
     for tables, triples in sorted(by_tables.items()):
         for chunk in _chunked(triples, 5):
-            sql.execute(*items.unfollows_sql(tables, chunk))
+            sql.write(*items.unfollows_sql(tables, chunk))
     for chunk in _chunked(sorted(net.resync.items()), 2):
-        sql.execute(*items.resync_sql(chunk))
+        sql.write(*items.resync_sql(chunk))
     # Feeds on one follow collection write one set of rows (feed_items has no feed column), so
     # each (follow collection, target) is backfilled and fanned out once, not once per feed: with
     # the built-in feeds that was three fan-outs of every post and fourteen backfills a run.
@@ -147,13 +147,13 @@ def write(config: FeedsConfig, steps: list[Step], now: int) -> None:
     for follow, parts in backfill_targets(config).items():
         pairs = sorted(net.follows.get(config.collections[follow].nsid, ()))
         for chunk in _chunked(pairs, 2 + 2 * len(parts)):  # + each target's nsid and limit
-            sql.execute(*items.backfills_sql(config, parts, chunk))
+            sql.write(*items.backfills_sql(config, parts, chunk))
     fanned: dict[str, tuple[Feed, set]] = {}  # follow collection -> (a feed on it, the rows)
     for feed in config.feeds.values():
         fanned.setdefault(feed.follow, (feed, set()))[1].update(_fan_out_rows(config, feed, net, now))
     for feed, rows in fanned.values():
         for chunk in _chunked(sorted(rows), 5):
-            sql.execute(*items.fan_out_sql(config, feed, chunk))
+            sql.write(*items.fan_out_sql(config, feed, chunk))
 
 
 def backfill_targets(config: FeedsConfig) -> dict[str, list[tuple[Target, int]]]:
@@ -187,6 +187,6 @@ def _fan_out_rows(config: FeedsConfig, feed: Feed, net: Net, now: int) -> list[t
             heavy.update(r[0] for r in sql.rows(statement, params))
         if heavy:
             # Hybrid: readers merge these authors' posts from the records store instead.
-            sql.execute(*heavy_authors.mark_heavy_sql(feed, sorted(heavy), now))
+            sql.write(*heavy_authors.mark_heavy_sql(feed, sorted(heavy), now))
             rows = [row for row in rows if row[3] not in heavy]
     return rows

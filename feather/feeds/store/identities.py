@@ -13,7 +13,7 @@ from feather.feeds.store import records
 def forget_handles(dids) -> None:
     """An identity event: the handle may have changed, so the next read re-verifies it."""
     for chunk in records.chunks(sorted(set(dids)), 1):  # one statement for a batch's identity events
-        sql.execute(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})",
+        sql.write(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})",
                     chunk)
 
 

@@ -28,7 +28,7 @@ def load() -> PruneState:
 
 def mark_dirty() -> None:
     """One primary-key write, and only on the 0 → 1 edge, so busy batches do not churn the row."""
-    sql.execute("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
+    sql.write("UPDATE feed_prune_state SET dirty = 1 WHERE id = 1 AND dirty = 0")
 
 
 def clear_dirty() -> None:

@@ -132,7 +132,7 @@ def store_many(c: Collection, rows: list[tuple]) -> None:
     rows = [row for row in rows if row[4] is None or fits(row[4])]
     for chunk in chunks(rows, len(COLUMNS)):
         statement, params = store_many_sql(c, chunk)
-        sql.execute(statement, params)
+        sql.write(statement, params)
     search.index(c, [(row[0], row[4]) for row in rows])  # the index moves with the record
 
 
@@ -170,7 +170,7 @@ def bury_many(stones: dict[str, int]) -> None:
     d = current_dialect()
     rows = sorted(stones.items())
     for chunk in chunks(rows, 2):
-        sql.execute(f"INSERT INTO feed_tombstones (uri, time_us) VALUES {', '.join(['(?, ?)'] * len(chunk))}"
+        sql.write(f"INSERT INTO feed_tombstones (uri, time_us) VALUES {', '.join(['(?, ?)'] * len(chunk))}"
                     " ON CONFLICT (uri) DO UPDATE"
                     f" SET time_us = {d.greatest('feed_tombstones.time_us', 'excluded.time_us')}",
                     [v for row in chunk for v in row])
@@ -183,7 +183,7 @@ def sweep_tombstones(before_us: int) -> int:
 def delete_many(c: Collection, uris: list[str]) -> None:
     search.forget(c, uris)
     for chunk in chunks(sorted(uris), 1):
-        sql.execute(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})", chunk)
+        sql.write(f"DELETE FROM {c.table} WHERE uri IN ({', '.join('?' * len(chunk))})", chunk)
 
 
 def _unless_reposted(table: str, reposted: bool) -> str:

@@ -191,7 +191,7 @@ def index(c: Collection, rows: list[tuple[str, str | None]]) -> None:
     for chunk in _chunks(pairs, 2):
         params = [v for pair in chunk for v in pair]
         for statement in d.search_upsert_sql(c.search_table, len(chunk)):
-            sql.execute(statement, params)
+            sql.write(statement, params)
 
 
 def forget(c: Collection, uris: list[str]) -> None:
@@ -200,7 +200,7 @@ def forget(c: Collection, uris: list[str]) -> None:
         return
     for chunk in _chunks(sorted(uris), 1):
         for statement in forget_sql(c, ", ".join("?" * len(chunk))):
-            sql.execute(statement, chunk)
+            sql.write(statement, chunk)
 
 
 def forget_sql(c: Collection, uris: str) -> list[str]:
