@@ -15,6 +15,7 @@ import pytest
 
 from feather.db import current_dialect, db
 from feather.feeds.ingest import apply, plan
+from feather.jetstream.events import IdentityEvent
 from tests.fixtures.feeds import oracle
 from tests.fixtures.feeds.feedkit import (
     BASE_US, FOLLOW, POST, PROFILE, FakeSources, create, delete, feeds_app, follow, iso, post, rows, toml,
@@ -112,7 +113,7 @@ def test_random_batches_give_exactly_the_per_event_result(app, seed, dids):
     assert paths["grouped"] > 0 and paths["ordered"] > 0  # both paths ran
 
 
-def _statements(app, events) -> list[list[str]]:
+def _statements(app, events, run=apply.apply_commits) -> list[list[str]]:
     """What one apply_commits sends the database, one list per round trip (every trip goes
     through db.execute_sql; on PostgreSQL a trip may carry several statements), each statement
     cut to its first words."""
@@ -129,10 +130,29 @@ def _statements(app, events) -> list[list[str]]:
         db.obj.execute_sql = counting
         try:
             with db.atomic():
-                apply.apply_commits(config, events)
+                run(config, events)
         finally:
             del db.obj.execute_sql
     return trips
+
+
+def test_a_whole_batch_sends_its_handle_reset_and_prune_flag_with_its_other_statements(app):
+    """The handler's own writes around the steps (a renamed account's handle to check again, the
+    prune flag) wait in the batch's round trips too, on PostgreSQL."""
+    events = [IdentityEvent("did:plc:renamed", BASE_US, "new.example"), post("did:plc:author", "p1", BASE_US + 1)]
+    trips = _statements(app, events, run=apply.apply_batch)
+    statements = [s for trip in trips for s in trip]
+    assert any(s.startswith("UPDATE feed_identities SET") for s in statements)
+    assert any(s.startswith("UPDATE feed_prune_state SET") for s in statements)
+    alone = [trip[0] for trip in trips if len(trip) == 1]
+    with app.app_context():
+        sqlite = current_dialect().is_sqlite
+    if sqlite:
+        assert len(alone) == len(trips)  # each statement its own call
+    else:
+        assert not any(s.startswith(("UPDATE feed_identities", "UPDATE feed_prune_state")) for s in alone)
+        # The last write goes when the block ends, before the planner settings are put back.
+        assert trips[-2][-1].startswith("UPDATE feed_prune_state SET") and trips[-1][0].startswith("SET LOCAL")
 
 
 def _independent_batch(n: int, offset: int) -> list:
