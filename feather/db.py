@@ -255,22 +255,43 @@ def index_planned():
     db.execute_sql(d.index_planning_sql(False))
 
 
+# Greenlets of this process waiting for PostgreSQL to answer a statement (the wait callback below).
+# The Jetstream reader yields sooner while any is (Tuning.reader_yield_frames_awaited): an answer
+# that has arrived waits for the loop's next poll.
+_awaiting = [0]
+
+
+def answers_awaited() -> bool:
+    """Whether a greenlet of this process is waiting for a PostgreSQL answer right now."""
+    return _awaiting[0] > 0
+
+
+@contextlib.contextmanager
+def awaiting_answer():
+    _awaiting[0] += 1
+    try:
+        yield
+    finally:
+        _awaiting[0] -= 1
+
+
 def _install_gevent_wait_callback() -> None:
     """psycopg2 blocks the whole hub unless told to wait through gevent; do so when patched."""
     if not monkey.is_module_patched("socket"):
         return
 
     def wait(conn, timeout=None):
-        while True:
-            state = conn.poll()
-            if state == extensions.POLL_OK:
-                return
-            if state == extensions.POLL_READ:
-                wait_read(conn.fileno(), timeout=timeout)
-            elif state == extensions.POLL_WRITE:
-                wait_write(conn.fileno(), timeout=timeout)
-            else:  # pragma: no cover - defensive
-                raise psycopg2.OperationalError(f"bad poll state: {state}")
+        with awaiting_answer():
+            while True:
+                state = conn.poll()
+                if state == extensions.POLL_OK:
+                    return
+                if state == extensions.POLL_READ:
+                    wait_read(conn.fileno(), timeout=timeout)
+                elif state == extensions.POLL_WRITE:
+                    wait_write(conn.fileno(), timeout=timeout)
+                else:  # pragma: no cover - defensive
+                    raise psycopg2.OperationalError(f"bad poll state: {state}")
 
     extensions.set_wait_callback(wait)
 

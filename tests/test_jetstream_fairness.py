@@ -10,6 +10,8 @@ import socket
 import gevent
 import websocket
 
+from feather import sql
+from feather.db import answers_awaited, awaiting_answer, current_dialect, db
 from feather.jetstream.consumer import Stream
 from feather.jetstream.tuning import Tuning
 from feather.jetstream.writer import yield_to_io
@@ -100,3 +102,52 @@ def test_a_reader_draining_a_backlog_lets_other_greenlets_run_every_32_frames(ma
 def test_with_reader_yield_frames_0_the_whole_backlog_runs_without_a_turn_for_anyone(make_app):
     gaps, _ = _frames_between_turns(make_app, every=0)
     assert [g for g in gaps if g] == [2_000]
+
+
+def test_while_a_greenlet_awaits_a_database_answer_the_reader_yields_every_4_frames(make_app):
+    """A writer whose PostgreSQL answer has arrived runs only at the reader's next yield; while one
+    is awaited the reader yields every reader_yield_frames_awaited frames instead of every 32."""
+    app = make_app(FEATHERREADER_EXTRA_FEATURES="tests.support.mirror_feature")
+    sub = mirror_feature.subscriptions(app.config["FEATHER"])[0]
+    stream = Stream(sub, ["ws://127.0.0.1:9"], app=app, allow_private=True,
+                    tuning=Tuning(queue_size=2_000, reader_yield_frames=32, reader_yield_frames_awaited=4))
+    frames = [json.dumps(f).encode() for f in mixed_log(2_000, seed=5, start_us=1_000_000)]
+    seen: list[int] = []
+    draining = True
+
+    def awaiting_greenlet():  # stands for a writer parked in the PostgreSQL wait callback
+        with awaiting_answer():
+            while draining:
+                seen.append(stream.stats["frames"])
+                yield_to_io()
+
+    other = gevent.spawn(awaiting_greenlet)
+    gevent.sleep(0)
+    stream._receive(Backlog(frames))
+    draining = False
+    other.join(timeout=5)
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    assert max(gaps) == 4 and sum(gaps) == 2_000
+    assert not answers_awaited()  # the marker left with the greenlet
+
+
+def test_a_statement_in_flight_on_postgresql_marks_an_answer_awaited_and_sqlite_never_does(app):
+    """The wait callback (PostgreSQL under gevent) marks the wait the reader looks at; a SQLite
+    call never yields to the loop, so nothing else ever sees one in flight."""
+    samples: list[bool] = []
+
+    def statement():
+        with app.app_context(), db.connection_context():
+            sql.one("SELECT pg_sleep(0.3)" if not current_dialect().is_sqlite else
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)"
+                    " SELECT count(*) FROM n")
+
+    running = gevent.spawn(statement)
+    while not running.dead:
+        samples.append(answers_awaited())
+        gevent.sleep(0.01)
+    running.get()
+    with app.app_context():
+        sqlite = current_dialect().is_sqlite
+    assert (True in samples) is (not sqlite)
+    assert not answers_awaited()

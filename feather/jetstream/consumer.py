@@ -19,7 +19,7 @@ import websocket
 from gevent.event import Event as Flag
 from gevent.queue import Full, Queue
 
-from feather.db import db
+from feather.db import answers_awaited, db
 from feather.jetstream import hosts, observe, store
 from feather.jetstream.events import MAX_FRAME_BYTES, DecodeError, decode
 from feather.jetstream.state import StreamState
@@ -259,7 +259,8 @@ class Stream:
         state, stats, stopping = self.state, self.state.stats, self.state.stopping
         generation = state.generation
         grace = self.tuning.queue_full_grace_secs
-        every = self.tuning.reader_yield_frames
+        every, awaited = self.tuning.reader_yield_frames, self.tuning.reader_yield_frames_awaited
+        since = 0  # frames since the reader last let the loop poll
         while not stopping.is_set() and not self.paused.is_set():
             try:
                 opcode, frame = ws.recv_data()  # bytes: decoding is the pure step's job
@@ -278,8 +279,11 @@ class Stream:
                 continue
             stats["frames"] += 1  # what the subscription costs on the wire (/admin, bench/narrow.py)
             stats["bytes"] += len(frame)
-            if every and stats["frames"] % every == 0:
-                yield_to_io()  # Tuning.reader_yield_frames
+            since += 1
+            limit = awaited if awaited and answers_awaited() else every
+            if limit and since >= limit:
+                since = 0
+                yield_to_io()  # Tuning.reader_yield_frames(_awaited)
             try:
                 event = decode(frame)
             except DecodeError as exc:

@@ -24,11 +24,13 @@ class Tuning:
     queue_full_grace_secs: float = 1.0
     # While it drains a backlog (a catch-up: the socket always has the next frame) the reader lets
     # the loop poll after this many frames. Otherwise it decoded until the queue was full (a whole
-    # batch): a writer whose PostgreSQL statement had finished, or a web request in the same
-    # process, waited for all of it. Every 4, not 32: on PostgreSQL each statement's answer waits
-    # for the reader's next yield, and the full index applied 7 % more (SQLite: no change;
-    # docs/performance.md, "Issue 36, fourth pass"). 0 never yields between frames.
-    reader_yield_frames: int = 4
+    # batch): a web request in the same process waited for all of it. 0 never yields between frames.
+    reader_yield_frames: int = 32
+    # The same while a greenlet of the process waits for a PostgreSQL answer (db.answers_awaited):
+    # the writer's answer, once it has arrived, waits for the reader's next yield. Every 4 frames
+    # the full index applied 7 % more than at 32; always every 4 cost the reader-bound default
+    # mode 6 % (docs/performance.md, "Issue 36, fourth pass"). 0: as reader_yield_frames.
+    reader_yield_frames_awaited: int = 4
     # A batch is one transaction: 500 events or one second of them, whichever comes first. Larger
     # batches hold the event loop (and a SQLite write lock) longer; smaller ones pay a commit each.
     batch_events: int = 500
