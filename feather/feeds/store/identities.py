@@ -14,7 +14,7 @@ def forget_handles(dids) -> None:
     """An identity event: the handle may have changed, so the next read re-verifies it."""
     for chunk in records.chunks(sorted(set(dids)), 1):  # one statement for a batch's identity events
         sql.write(f"UPDATE feed_identities SET handle_checked_us = 0 WHERE did IN ({', '.join('?' * len(chunk))})",
-                    chunk)
+                  chunk)
 
 
 def save_handle(did: str, handle: str | None, checked_us: int) -> None:

@@ -171,9 +171,9 @@ def bury_many(stones: dict[str, int]) -> None:
     rows = sorted(stones.items())
     for chunk in chunks(rows, 2):
         sql.write(f"INSERT INTO feed_tombstones (uri, time_us) VALUES {', '.join(['(?, ?)'] * len(chunk))}"
-                    " ON CONFLICT (uri) DO UPDATE"
-                    f" SET time_us = {d.greatest('feed_tombstones.time_us', 'excluded.time_us')}",
-                    [v for row in chunk for v in row])
+                  " ON CONFLICT (uri) DO UPDATE"
+                  f" SET time_us = {d.greatest('feed_tombstones.time_us', 'excluded.time_us')}",
+                  [v for row in chunk for v in row])
 
 
 def sweep_tombstones(before_us: int) -> int:
