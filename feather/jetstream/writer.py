@@ -73,10 +73,12 @@ class Writer:
             batch = self.next_batch()
             if not batch and unsaved and not state.stopping.is_set():
                 # The stream went quiet right after a batch the once-a-second rule did not save:
-                # save now, so /health and a restart see the last applied position.
+                # save now, so /health and a restart see the last applied position. Stamped before
+                # the save, as a batch is: once its commit is visible the clock may have moved on.
+                stamp = time.monotonic()
                 unsaved = not self._save_idle_cursor()
                 if not unsaved:
-                    last_save = time.monotonic()
+                    last_save = stamp
             if batch:
                 now = time.monotonic()
                 newest = store.Cursor(max(e.time_us for e in batch), batch[-1].seq)
