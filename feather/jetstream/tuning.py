@@ -28,8 +28,9 @@ class Tuning:
     reader_yield_frames: int = 32
     # The same while a greenlet of the process waits for a PostgreSQL answer (db.answers_awaited):
     # the writer's answer, once it has arrived, waits for the reader's next yield. Every 4 frames
-    # the full index applied 7 % more than at 32; always every 4 cost the reader-bound default
-    # mode 6 % (docs/performance.md, "Issue 36, fourth pass"). 0: as reader_yield_frames.
+    # the full index applied 7 % more than at 32; always every 4 looked like 6 % off the
+    # reader-bound default mode, about the size of the noise (docs/performance.md, "Issue 36,
+    # fourth pass"), so it is only while an answer is awaited. 0: as reader_yield_frames.
     reader_yield_frames_awaited: int = 4
     # A batch is one transaction: 500 events or one second of them, whichever comes first. Larger
     # batches hold the event loop (and a SQLite write lock) longer; smaller ones pay a commit each.

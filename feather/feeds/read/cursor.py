@@ -45,14 +45,10 @@ class Cursor:
 
 
 def encode(t: int, u: str, k: str, v: Any = None, with_v: bool = False) -> str:
-    body: dict[str, Any] = {"t": t, "u": u}
-    if with_v:
-        body["v"] = v
-    body["k"] = k
     if with_v:  # a field's value may be what orjson writes its own way (1e16, NaN) or refuses
-        raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        raw = json.dumps({"t": t, "u": u, "v": v, "k": k}, separators=(",", ":"), ensure_ascii=False).encode()
     else:  # the same bytes as json's, written in a fifth of the time: every full page encodes one
-        raw = orjson.dumps(body)
+        raw = orjson.dumps({"t": t, "u": u, "k": k})
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
